@@ -1,0 +1,194 @@
+#pragma once
+// Typed, immutable configuration of xdcr-agent (interface.md §2).
+//
+// `loadConfigFile()` parses YAML once into these structs; every other module receives only the
+// part it needs (a ClusterConfig, a PipelineConfig, ...), never a YAML node. Every struct that a
+// user wrote keeps the position it was written at, so later checks (and runtime errors such as
+// "pipeline east-to-west: target unreachable") can point back at the file.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xdcr::config {
+
+/** A position in the YAML file; 1-based line and column, 0 when unknown. */
+struct Mark {
+  int line = 0;
+  int column = 0;
+};
+
+/** A value together with the position it was read from. */
+template <class T>
+struct Located {
+  T value{};
+  Mark mark;
+};
+
+using Duration = std::chrono::milliseconds;
+
+enum class LogLevel { Trace, Debug, Info, Warn, Error };
+enum class LogFormat { Text, Json };
+/** clock.on_skew: what a pipeline does when the measured skew exceeds max_skew. */
+enum class SkewAction { Warn, Pause, Compensate };
+
+/**
+ * A secret: a plain string, `{env: NAME}` or `{file: PATH}` in YAML. `value` holds the resolved
+ * secret (empty when not resolved, e.g. `validate --no-environment`). Never print `value`; print
+ * `describe()` instead.
+ */
+struct Secret {
+  enum class Kind { None, Plain, Env, File };
+  Kind kind = Kind::None;
+  std::string ref;    // the variable name or file path (empty for Plain)
+  std::string value;  // the secret itself
+  Mark mark;
+
+  bool present() const { return kind != Kind::None; }
+  /** "<redacted>", "{env: NAME}", "{file: PATH}" or "" — safe to log. */
+  std::string describe() const;
+};
+
+struct AgentConfig {
+  std::optional<std::string> admin_listen;  // host:port; nullopt = admin server disabled
+  std::string state_dir = "./xdcr-state";  // relative paths are relative to the config file's dir
+  LogLevel log_level = LogLevel::Info;
+  LogFormat log_format = LogFormat::Text;
+};
+
+struct ClockConfig {
+  std::vector<std::string> ntp_servers;  // host[:port], default port 123
+  bool nts = false;
+  std::string nts_ca_file;
+  Duration check_interval{std::chrono::seconds(30)};
+  Duration max_skew{std::chrono::milliseconds(500)};
+  SkewAction on_skew = SkewAction::Warn;
+};
+
+struct TlsConfig {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
+  bool verify = true;
+};
+
+/** A set of keys inside a bucket chosen by a glob (Redis MATCH syntax). */
+struct CollectionConfig {
+  std::string name;
+  std::string keys;  // glob
+  Duration max_ttl{0};  // 0 = inherit the bucket's max_ttl (expiry-semantics.md §3)
+  Mark mark;
+};
+
+/** A Redis logical database on a target cluster, with its maxTTL and collections. */
+struct BucketConfig {
+  int db = 0;
+  Duration max_ttl{0};  // 0 = none
+  std::vector<CollectionConfig> collections;  // first match wins
+  Mark mark;
+};
+
+struct ClusterConfig {
+  std::string name;
+  std::string type = "redis";
+  std::string host;  // from `address`
+  uint16_t port = 6379;
+  std::string username;  // optional ACL user
+  Secret password;
+  std::optional<TlsConfig> tls;  // present = TLS on
+  std::vector<BucketConfig> buckets;  // maxTTL applied when this cluster is a target
+  Mark mark;
+
+  std::string address() const { return host + ":" + std::to_string(port); }
+};
+
+struct FilterConfig {
+  std::vector<Located<std::string>> include_keys;  // RE2; empty = all keys
+  std::vector<Located<std::string>> exclude_keys;  // RE2
+  bool drop_expirations = false;
+  bool drop_deletions = false;
+  bool strip_ttl = false;
+  bool replicate_flush = false;
+};
+
+struct KeyRewrite {
+  std::string from;  // prefix
+  std::string to;
+  Mark mark;
+};
+
+struct PipelineConfig {
+  std::string name;
+  std::string source;  // cluster name
+  std::string target;  // cluster name
+  std::map<int, int> dbs;  // source db -> target db; empty = every db to itself
+  FilterConfig filters;
+  std::vector<KeyRewrite> key_rewrite;
+  Duration checkpoint_interval{std::chrono::seconds(1)};
+  Mark mark;
+};
+
+/** The whole file. Immutable once loaded; shared as `ConfigConstSharedPtr`. */
+struct Config {
+  std::string path;  // the file it came from
+  AgentConfig agent;
+  ClockConfig clock;
+  std::map<std::string, ClusterConfig> clusters;
+  std::vector<PipelineConfig> pipelines;
+
+  const ClusterConfig* cluster(const std::string& name) const {
+    auto it = clusters.find(name);
+    return it == clusters.end() ? nullptr : &it->second;
+  }
+  const PipelineConfig* pipeline(const std::string& name) const {
+    for (const auto& p : pipelines) {
+      if (p.name == name) return &p;
+    }
+    return nullptr;
+  }
+};
+using ConfigConstSharedPtr = std::shared_ptr<const Config>;
+
+/** One problem found while loading. */
+struct Diagnostic {
+  enum class Severity { Error, Warning };
+  Severity severity = Severity::Error;
+  std::string file;
+  Mark mark;
+  std::string message;  // names what is wrong and what to do
+
+  /** `FILE:LINE:COL: error: MESSAGE` (or `warning:`). */
+  std::string format() const;
+};
+
+struct LoadOptions {
+  /** false = do not read environment variables or secret files (`validate --no-environment`). */
+  bool resolve_environment = true;
+};
+
+struct LoadResult {
+  ConfigConstSharedPtr config;  // null when there is at least one error
+  std::vector<Diagnostic> diagnostics;  // every error and warning, in file order
+
+  bool ok() const { return config != nullptr; }
+};
+
+/** Reads and validates a config file. Never throws; every problem is a Diagnostic. */
+LoadResult loadConfigFile(const std::string& path, const LoadOptions& options = {});
+
+/** Same, from text (tests); `name` is used as FILE in diagnostics. */
+LoadResult loadConfigString(const std::string& yaml, const std::string& name,
+                            const LoadOptions& options = {});
+
+/** Parses a duration: an integer number of seconds or `<n>ms|s|m|h|d`. nullopt if invalid. */
+std::optional<Duration> parseDuration(const std::string& text);
+
+/** The config as YAML-like JSON text with every secret replaced by its `describe()`. */
+std::string redactedJson(const Config& config);
+
+}  // namespace xdcr::config
