@@ -1,0 +1,87 @@
+#pragma once
+// One connection to a Redis server: TCP connect with a timeout, AUTH, one-at-a-time calls for
+// handshakes, and a growable read buffer for the streaming fast paths of source and target.
+// (TLS will be a second transport behind the same interface.)
+//
+// Not thread-safe: used from one coroutine strand. At most one read and one write in flight.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/resp.h"
+
+namespace xdcr {
+
+namespace net = boost::asio;
+
+/** A contiguous byte buffer: data is appended at the end and consumed from the front. */
+class ReadBuffer {
+ public:
+  std::string_view data() const { return {buf_.get() + rpos_, wpos_ - rpos_}; }
+  size_t size() const { return wpos_ - rpos_; }
+  void consume(size_t n) {
+    rpos_ += n;
+    if (rpos_ == wpos_) rpos_ = wpos_ = 0;
+  }
+  /** Makes room for at least `min_free` bytes at the end; may move the data (invalidates views). */
+  char* prepare(size_t min_free, size_t& free_out);
+  void commit(size_t n) { wpos_ += n; }
+  size_t capacity() const { return cap_; }
+  /** Gives memory back after a large value passed through. */
+  void shrinkIfIdle(size_t keep);
+
+ private:
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0;
+  size_t rpos_ = 0;
+  size_t wpos_ = 0;
+};
+
+class RedisConnection {
+ public:
+  /** `label` names the peer in every error message, e.g. "source east (127.0.0.1:7001)". */
+  RedisConnection(net::any_io_executor ex, std::string label);
+
+  net::awaitable<Status> connect(const std::string& host, uint16_t port,
+                                 std::chrono::milliseconds timeout);
+  /** AUTH [username] password; a clear error on a wrong password or a missing ACL user. */
+  net::awaitable<Status> auth(const std::string& username, const std::string& password,
+                              std::chrono::milliseconds timeout);
+  /** Sends one command and waits for its reply. For handshakes, not for the fast path. */
+  net::awaitable<Result<resp::ReplyInfo>> call(std::vector<std::string_view> args,
+                                               std::chrono::milliseconds timeout);
+  /** Reads one CRLF line (without CRLF), skipping bare "\n" keepalives before it. */
+  net::awaitable<Result<std::string>> readLine(std::chrono::milliseconds timeout);
+
+  /** Reads whatever is available (at least one byte) into the buffer. */
+  net::awaitable<Result<size_t>> readSome();
+  net::awaitable<Status> writeAll(std::string_view data);
+
+  ReadBuffer& buffer() { return buf_; }
+  const ReadBuffer& buffer() const { return buf_; }
+  const std::string& label() const { return label_; }
+  bool isOpen() const { return socket_.is_open(); }
+  /** Closes the socket; pending operations complete with an error. Idempotent. */
+  void close();
+  /** Cancels pending operations without closing. */
+  void cancel();
+  uint64_t bytesRead() const { return bytes_read_; }
+
+ private:
+  net::awaitable<Result<size_t>> readSomeWithTimeout(std::chrono::milliseconds timeout);
+
+  net::ip::tcp::socket socket_;
+  std::string label_;
+  ReadBuffer buf_;
+  uint64_t bytes_read_ = 0;
+};
+
+}  // namespace xdcr

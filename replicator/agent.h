@@ -1,0 +1,14 @@
+#pragma once
+// The agent process: one io_context thread running every pipeline of the config, plus signal
+// handling. SIGTERM/SIGINT: graceful stop (each pipeline drains and checkpoints), exit 0. A second
+// SIGTERM/SIGINT exits at once without checkpointing (what was acknowledged is already safe;
+// the rest is re-sent on the next start: at-least-once).
+
+#include "config/config.h"
+
+namespace xdcr::replicator {
+
+/** Runs the agent until it is stopped. Returns the process exit status. */
+int runAgent(config::ConfigConstSharedPtr config);
+
+}  // namespace xdcr::replicator

@@ -1,0 +1,345 @@
+#include "replicator/pipeline.h"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace xdcr::replicator {
+namespace {
+
+using namespace net::experimental::awaitable_operators;
+
+// Backpressure: stop taking units from the source while this much is unanswered by the target.
+// The source's own backlog and output buffer hold the stream meanwhile.
+constexpr uint64_t kMaxInflightCommands = 100'000;
+constexpr size_t kMaxPendingBytes = 16u << 20;
+// Redis pings its replicas every 10 s (repl-ping-replica-period) and drops silent ones after
+// repl-timeout (60 s): the same bound in the other direction.
+constexpr double kSourceSilenceLimitS = 60;
+constexpr double kTargetStallLimitS = 60;
+constexpr auto kDrainTimeout = std::chrono::seconds(30);
+constexpr int64_t kTombstonePurgeMs = 5 * 60 * 1000;
+
+/** The snapshot of a full resync, counted and skipped (its content: the full-sync issue). */
+class SkippingSnapshotSink final : public source::SnapshotSink {
+ public:
+  SkippingSnapshotSink(PipelineStats& stats, std::string name)
+      : stats_(stats), name_(std::move(name)) {}
+  void begin(const source::Position& at, uint64_t total) override {
+    spdlog::warn("pipeline {}: full resync at {}:{}; the snapshot's keys are NOT copied to the "
+                 "target yet (only the stream after it is)",
+                 name_, at.replid, at.offset);
+  }
+  Status data(std::string_view chunk) override {
+    stats_.snapshot_bytes_skipped += chunk.size();
+    return Status{};
+  }
+  Status end() override { return Status{}; }
+
+ private:
+  PipelineStats& stats_;
+  std::string name_;
+};
+
+bool isGetAck(const source::Entry& e) {
+  return e.args.size() >= 2 && resp::iequals(e.args[0], "replconf") &&
+         resp::iequals(e.args[1], "getack");
+}
+
+}  // namespace
+
+const char* stateName(PipelineState s) {
+  switch (s) {
+    case PipelineState::Starting: return "starting";
+    case PipelineState::FullSync: return "full_sync";
+    case PipelineState::Streaming: return "streaming";
+    case PipelineState::Paused: return "paused";
+    case PipelineState::Reconnecting: return "reconnecting";
+    case PipelineState::Stopped: return "stopped";
+  }
+  return "unknown";
+}
+
+Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
+                   const config::PipelineConfig& pipeline, const clock::Clock& clock)
+    : ex_(ex),
+      config_(std::move(config)),
+      pipeline_(pipeline),
+      source_cluster_(*config_->cluster(pipeline.source)),
+      target_cluster_(*config_->cluster(pipeline.target)),
+      clock_(clock),
+      source_clock_(clock),
+      target_clock_(clock),
+      policy_(target_cluster_.buckets),
+      rewriter_(pipeline.key_rewrite),
+      store_(config_->agent.state_dir, pipeline.name),
+      stop_wake_(ex),
+      ack_wake_(ex) {}
+
+void Pipeline::stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  if (live_source_ != nullptr) live_source_->cancel();  // wake a read waiting for the source
+  stop_wake_.notify();
+  ack_wake_.notify();
+}
+
+Status Pipeline::loadCheckpoint() {
+  auto cp = store_.load(index_);
+  if (!cp) return fail(cp.error());
+  resume_ = *cp;
+  if (resume_ && !resume_->source_address.empty() &&
+      resume_->source_address != source_cluster_.address()) {
+    spdlog::warn("pipeline {}: checkpoint {} was taken from source {}, now {}; starting over "
+                 "with a full resync",
+                 pipeline_.name, store_.path(), resume_->source_address,
+                 source_cluster_.address());
+    resume_.reset();
+    index_.clearAll();
+  }
+  if (resume_) {
+    checkpointed_offset_ = applied_offset_ = resume_->position.offset;
+  }
+  return Status{};
+}
+
+net::awaitable<bool> Pipeline::run() {
+  if (auto s = store_.prepare(); !s) {
+    spdlog::error("pipeline {}: {}", pipeline_.name, s.error().message);
+    state_ = PipelineState::Stopped;
+    co_return false;
+  }
+  if (auto s = loadCheckpoint(); !s) {
+    spdlog::error("pipeline {}: {}", pipeline_.name, s.error().message);
+    state_ = PipelineState::Stopped;
+    co_return false;
+  }
+  if (resume_) {
+    spdlog::info("pipeline {}: resuming from checkpoint {}:{} ({} deadlines in the expiry index)",
+                 pipeline_.name, resume_->position.replid, resume_->position.offset,
+                 index_.size());
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  auto backoff = std::chrono::milliseconds(500);
+  while (!stopping_) {
+    auto started = std::chrono::steady_clock::now();
+    Status s;
+    try {
+      s = co_await session();
+    } catch (const std::exception& e) {
+      s = fail(Error::io(fmt::format("unexpected failure: {}", e.what())));
+    }
+    if (stopping_) break;
+    last_error_ = s ? "session ended" : s.error().message;
+    spdlog::error("pipeline {}: {}", pipeline_.name, last_error_);
+    ++stats_.reconnects;
+    state_ = PipelineState::Reconnecting;
+    // Back to the last checkpoint: its offset and its expiry index belong together.
+    index_.clearAll();
+    if (auto l = loadCheckpoint(); !l) {
+      spdlog::error("pipeline {}: {}", pipeline_.name, l.error().message);
+      break;
+    }
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(60)) {
+      backoff = std::chrono::milliseconds(500);
+    }
+    auto jittered = std::chrono::milliseconds(
+        std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
+    spdlog::info("pipeline {}: reconnecting in {} ms", pipeline_.name, jittered.count());
+    co_await stop_wake_.waitFor(jittered);
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(30));
+  }
+  state_ = PipelineState::Stopped;
+  spdlog::info("pipeline {}: stopped at offset {}", pipeline_.name, applied_offset_);
+  co_return true;
+}
+
+net::awaitable<Status> Pipeline::session() {
+  state_ = PipelineState::Starting;
+  const std::string label_src =
+      fmt::format("pipeline {}: source {} ({})", pipeline_.name, source_cluster_.name,
+                  source_cluster_.address());
+  const std::string label_dst =
+      fmt::format("pipeline {}: target {} ({})", pipeline_.name, target_cluster_.name,
+                  target_cluster_.address());
+  target::RedisTarget target(ex_, target_cluster_, label_dst, stats_);
+  if (auto r = co_await target.connect(); !r) co_return r;
+
+  source::RedisSource source(ex_, source_cluster_, label_src);
+  live_source_ = &source;
+  struct Clear {
+    source::RedisSource*& p;
+    ~Clear() { p = nullptr; }
+  } clear{live_source_};
+  if (stopping_) co_return Status{};
+
+  SkippingSnapshotSink sink(stats_, pipeline_.name);
+  const bool resuming = resume_.has_value();
+  auto kind = co_await source.start(resuming ? &resume_->position : nullptr, sink);
+  if (!kind) co_return fail(kind.error());
+
+  filters::StreamFilter filter(pipeline_, index_, source_clock_, stats_);
+  if (*kind == source::SyncKind::Partial) {
+    ++stats_.partial_syncs;
+    filter.setCurrentDb(resume_->db);
+  } else {
+    ++stats_.full_syncs;
+    index_.clearAll();  // the snapshot was not indexed: start from what the stream says
+    filter.setCurrentDb(0);
+  }
+  target.resetOffset(source.position().offset);
+  source_offset_ = applied_offset_ = source.position().offset;
+  if (*kind == source::SyncKind::Full) {
+    // Persist the new history at once, so that a restart resumes it instead of syncing again.
+    if (auto c = checkpointNow(source, target, filter); !c) co_return c;
+  }
+  target::Applier applier(policy_, rewriter_, filter, target_clock_, stats_);
+  state_ = PipelineState::Streaming;
+  spdlog::info("pipeline {}: streaming from {}:{}", pipeline_.name, source.position().replid,
+               source.position().offset);
+
+  auto result = co_await (readLoop(source, target, filter, applier) ||
+                          ackLoop(source, target, filter) || target.runWriter() ||
+                          target.runReader());
+  target.close();
+  source.close();
+  co_return std::visit([](auto& s) { return s; }, result);
+}
+
+net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::RedisTarget& target,
+                                          filters::StreamFilter& filter,
+                                          target::Applier& applier) {
+  source::Unit unit;
+  source::Change change;
+  for (;;) {
+    if (stopping_) {
+      // Graceful drain: everything read is already translated; wait for the target's answers.
+      auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+      while (!target.drained() && std::chrono::steady_clock::now() < deadline) {
+        co_await target.waitProgress(std::chrono::milliseconds(50));
+      }
+      if (!target.drained()) {
+        co_return fail(Error::io(fmt::format(
+            "pipeline {}: target did not acknowledge everything within {} s; not checkpointing "
+            "the unacknowledged part (it will be sent again)",
+            pipeline_.name, kDrainTimeout.count())));
+      }
+      co_return checkpointNow(source, target, filter);
+    }
+    if (quiesce_requested_) {
+      while (!target.drained() && !stopping_) {
+        co_await target.waitProgress(std::chrono::milliseconds(50));
+      }
+      if (stopping_) continue;
+      if (auto c = checkpointNow(source, target, filter); !c) co_return c;
+    }
+    while ((target.inflightCommands() > kMaxInflightCommands ||
+            target.pendingBytes() > kMaxPendingBytes) &&
+           !stopping_) {
+      co_await target.waitProgress(std::chrono::milliseconds(100));
+    }
+
+    auto got = source.nextUnit(unit);
+    if (!got) co_return fail(got.error());
+    if (!*got) {
+      auto r = co_await source.readMore();
+      if (!r) {
+        if (stopping_) continue;  // cancelled by stop(): drain
+        co_return r;
+      }
+      source_offset_ = source.position().offset + source.bytesBuffered();
+      continue;
+    }
+    applier.beginUnit(unit.transaction);
+    for (const auto& entry : unit.entries) {
+      if (isGetAck(entry)) {
+        ack_requested_ = true;
+        ack_wake_.notify();
+      }
+      filter.process(entry, change);
+      applier.apply(change);
+    }
+    size_t n = applier.finishUnit(target.pending());
+    source.consume(unit);
+    target.commit(n, unit.offset_end);
+  }
+}
+
+net::awaitable<Status> Pipeline::ackLoop(source::RedisSource& source, target::RedisTarget& target,
+                                         filters::StreamFilter& filter) {
+  uint64_t last_bytes = source.bytesRead();
+  auto last_activity = std::chrono::steady_clock::now();
+  last_checkpoint_ = std::chrono::steady_clock::now();
+  for (;;) {
+    co_await ack_wake_.waitFor(std::chrono::seconds(1));
+    if (stopping_) {
+      // Keep the loop alive (not finishing the session) while readLoop drains.
+      co_await stop_wake_.waitFor(std::chrono::seconds(3600));
+      continue;
+    }
+    applied_offset_ = target.ackedOffset();
+    // ACK the applied offset (not the received one), so that WAIT on the source means "on the
+    // target". A diskless source also needs these ACKs to start and keep streaming.
+    ack_requested_ = false;
+    if (auto r = co_await source.sendAck(applied_offset_); !r) co_return r;
+
+    auto now = std::chrono::steady_clock::now();
+    if (source.bytesRead() != last_bytes) {
+      last_bytes = source.bytesRead();
+      last_activity = now;
+    } else if (std::chrono::duration<double>(now - last_activity).count() > kSourceSilenceLimitS) {
+      co_return fail(Error::io(fmt::format("pipeline {}: source silent for {} s (it pings every "
+                                           "10 s); reconnecting",
+                                           pipeline_.name, kSourceSilenceLimitS)));
+    }
+    if (target.stalledSeconds() > kTargetStallLimitS) {
+      co_return fail(Error::io(fmt::format("pipeline {}: target has not answered for {} s; "
+                                           "reconnecting",
+                                           pipeline_.name, kTargetStallLimitS)));
+    }
+    if (now - last_checkpoint_ >= pipeline_.checkpoint_interval &&
+        (applied_offset_ != checkpointed_offset_ || index_.dirty() > 0)) {
+      if (target.drained()) {
+        if (auto c = checkpointNow(source, target, filter); !c) co_return c;
+      } else {
+        quiesce_requested_ = true;  // readLoop pauses at the next unit boundary
+      }
+    }
+  }
+}
+
+Status Pipeline::checkpointNow(const source::RedisSource& source,
+                               const target::RedisTarget& target,
+                               const filters::StreamFilter& filter) {
+  quiesce_requested_ = false;
+  last_checkpoint_ = std::chrono::steady_clock::now();
+  index_.purgeTombstones(source_clock_.nowMs() - kTombstonePurgeMs);
+  Checkpoint cp;
+  cp.position = source.position();
+  cp.db = filter.currentDb();
+  cp.written_at_ms = clock_.nowMs();
+  cp.source_address = source_cluster_.address();
+  if (target.ackedOffset() != cp.position.offset) {
+    // Cannot happen when drained; refuse rather than cover unacknowledged data.
+    return fail(Error::storage(fmt::format(
+        "pipeline {}: internal: checkpoint at {} but target acknowledged {}", pipeline_.name,
+        cp.position.offset, target.ackedOffset())));
+  }
+  if (auto s = store_.commit(cp, index_); !s) {
+    ++stats_.checkpoint_failures;
+    spdlog::error("pipeline {}: {}", pipeline_.name, s.error().message);
+    return Status{};  // keep replicating; the previous checkpoint stays valid
+  }
+  ++stats_.checkpoints;
+  index_.clearDirty();
+  resume_ = cp;
+  applied_offset_ = checkpointed_offset_ = cp.position.offset;
+  return Status{};
+}
+
+}  // namespace xdcr::replicator

@@ -1,0 +1,97 @@
+#pragma once
+// One pipeline: source cluster -> filters -> target cluster, run on the agent's io_context.
+//
+// run() is a supervisor loop: it runs sessions, and after a failure reloads the last checkpoint
+// (offset and expiry index together) and reconnects with exponential backoff and jitter. A
+// session is four coroutines on one strand:
+//
+//   readLoop    source socket -> units -> StreamFilter -> Applier -> target.pending()
+//   runWriter   target.pending() -> target socket (batches, double-buffered)
+//   runReader   target replies -> acknowledged source offset
+//   ackLoop     every second: REPLCONF ACK <acknowledged offset>, watchdogs, checkpoints
+//
+// Every suspension point of readLoop lies between two units, so whenever the target has
+// answered everything (drained), the filter's state (expiry index, db) is exactly the state at
+// the acknowledged offset: that is when checkpoints are taken.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "clock/clock.h"
+#include "common/notify.h"
+#include "common/stats.h"
+#include "config/config.h"
+#include "filters/expiry_index.h"
+#include "filters/stream_filter.h"
+#include "replicator/checkpoint.h"
+#include "source/redis_source.h"
+#include "target/applier.h"
+#include "target/max_ttl.h"
+#include "target/redis_target.h"
+
+namespace xdcr::replicator {
+
+enum class PipelineState { Starting, FullSync, Streaming, Paused, Reconnecting, Stopped };
+const char* stateName(PipelineState s);
+
+class Pipeline {
+ public:
+  Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
+           const config::PipelineConfig& pipeline, const clock::Clock& clock);
+
+  /** Runs until stop(); never throws. Returns false if the pipeline could not start at all. */
+  net::awaitable<bool> run();
+  /** Graceful stop: stop reading, drain what is in flight to the target, checkpoint. */
+  void stop();
+
+  const std::string& name() const { return pipeline_.name; }
+  PipelineState state() const { return state_; }
+  const PipelineStats& stats() const { return stats_; }
+  uint64_t sourceOffset() const { return source_offset_; }
+  uint64_t appliedOffset() const { return applied_offset_; }
+  const std::string& lastError() const { return last_error_; }
+
+ private:
+  net::awaitable<Status> session();
+  net::awaitable<Status> readLoop(source::RedisSource& source, target::RedisTarget& target,
+                                  filters::StreamFilter& filter, target::Applier& applier);
+  net::awaitable<Status> ackLoop(source::RedisSource& source, target::RedisTarget& target,
+                                 filters::StreamFilter& filter);
+  Status checkpointNow(const source::RedisSource& source, const target::RedisTarget& target,
+                       const filters::StreamFilter& filter);
+  Status loadCheckpoint();
+
+  net::any_io_executor ex_;
+  config::ConfigConstSharedPtr config_;  // keeps pipeline_ and the cluster configs alive
+  const config::PipelineConfig& pipeline_;
+  const config::ClusterConfig& source_cluster_;
+  const config::ClusterConfig& target_cluster_;
+  const clock::Clock& clock_;
+  clock::ClusterClock source_clock_;
+  clock::ClusterClock target_clock_;
+  target::MaxTtlPolicy policy_;
+  filters::KeyRewriter rewriter_;
+  CheckpointStore store_;
+  filters::ExpiryIndex index_;
+  std::optional<Checkpoint> resume_;
+  PipelineStats stats_;
+
+  PipelineState state_ = PipelineState::Starting;
+  bool stopping_ = false;
+  bool quiesce_requested_ = false;
+  uint64_t source_offset_ = 0;
+  uint64_t applied_offset_ = 0;
+  uint64_t checkpointed_offset_ = 0;
+  std::chrono::steady_clock::time_point last_checkpoint_{};
+  std::string last_error_;
+  source::RedisSource* live_source_ = nullptr;  // for stop(): cancels its pending read
+  Notify stop_wake_;
+  Notify ack_wake_;
+  bool ack_requested_ = false;
+};
+
+}  // namespace xdcr::replicator

@@ -1,0 +1,136 @@
+#include "source/command_table.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <unordered_map>
+
+namespace xdcr::source {
+namespace {
+
+using E = Effect;
+
+// Only commands that can appear on a Redis 7.0 replication stream matter here. Blocking and
+// read-modify commands arrive as their effects (BLPOP -> LPOP, SPOP -> SREM, INCRBYFLOAT -> SET
+// KEEPTTL, GETDEL -> DEL, SETEX -> SET PXAT, EXPIRE -> PEXPIREAT, ...).
+constexpr CommandSpec kCommands[] = {
+    // strings
+    {"set", E::Set, 1, 1, 1},
+    {"setnx", E::SetNoTtl, 1, 1, 1},
+    {"mset", E::SetNoTtl, 1, -1, 2},
+    {"msetnx", E::SetNoTtl, 1, -1, 2},
+    {"getset", E::SetNoTtl, 1, 1, 1},
+    {"incr", E::InPlace, 1, 1, 1},
+    {"decr", E::InPlace, 1, 1, 1},
+    {"incrby", E::InPlace, 1, 1, 1},
+    {"decrby", E::InPlace, 1, 1, 1},
+    {"incrbyfloat", E::InPlace, 1, 1, 1},
+    {"append", E::InPlace, 1, 1, 1},
+    {"setrange", E::InPlace, 1, 1, 1},
+    {"setbit", E::InPlace, 1, 1, 1},
+    {"bitfield", E::InPlace, 1, 1, 1},
+    {"pfadd", E::InPlace, 1, 1, 1},
+    {"pfmerge", E::InPlace, 1, 1, 1},  // destination keeps its deadline
+    // hashes
+    {"hset", E::InPlace, 1, 1, 1},
+    {"hsetnx", E::InPlace, 1, 1, 1},
+    {"hmset", E::InPlace, 1, 1, 1},
+    {"hdel", E::InPlace, 1, 1, 1},
+    {"hincrby", E::InPlace, 1, 1, 1},
+    {"hincrbyfloat", E::InPlace, 1, 1, 1},
+    // lists
+    {"lpush", E::InPlace, 1, 1, 1},
+    {"rpush", E::InPlace, 1, 1, 1},
+    {"lpushx", E::InPlace, 1, 1, 1},
+    {"rpushx", E::InPlace, 1, 1, 1},
+    {"lpop", E::InPlace, 1, 1, 1},
+    {"rpop", E::InPlace, 1, 1, 1},
+    {"lset", E::InPlace, 1, 1, 1},
+    {"linsert", E::InPlace, 1, 1, 1},
+    {"lrem", E::InPlace, 1, 1, 1},
+    {"ltrim", E::InPlace, 1, 1, 1},
+    {"lmove", E::InPlace, 1, 2, 1},
+    {"rpoplpush", E::InPlace, 1, 2, 1},
+    // sets
+    {"sadd", E::InPlace, 1, 1, 1},
+    {"srem", E::InPlace, 1, 1, 1},
+    {"smove", E::InPlace, 1, 2, 1},
+    // sorted sets
+    {"zadd", E::InPlace, 1, 1, 1},
+    {"zincrby", E::InPlace, 1, 1, 1},
+    {"zrem", E::InPlace, 1, 1, 1},
+    {"zremrangebyscore", E::InPlace, 1, 1, 1},
+    {"zremrangebyrank", E::InPlace, 1, 1, 1},
+    {"zremrangebylex", E::InPlace, 1, 1, 1},
+    {"zpopmin", E::InPlace, 1, 1, 1},
+    {"zpopmax", E::InPlace, 1, 1, 1},
+    // streams
+    {"xadd", E::InPlace, 1, 1, 1},
+    {"xdel", E::InPlace, 1, 1, 1},
+    {"xtrim", E::InPlace, 1, 1, 1},
+    {"xgroup", E::InPlace, 2, 2, 1},
+    {"xack", E::InPlace, 1, 1, 1},
+    {"xclaim", E::InPlace, 1, 1, 1},
+    {"xautoclaim", E::InPlace, 1, 1, 1},
+    {"xsetid", E::InPlace, 1, 1, 1},
+    // geo
+    {"geoadd", E::InPlace, 1, 1, 1},
+    // overwriting stores: the destination is the first key
+    {"sunionstore", E::Store, 1, 1, 1},
+    {"sinterstore", E::Store, 1, 1, 1},
+    {"sdiffstore", E::Store, 1, 1, 1},
+    {"zunionstore", E::Store, 1, 1, 1},
+    {"zinterstore", E::Store, 1, 1, 1},
+    {"zdiffstore", E::Store, 1, 1, 1},
+    {"zrangestore", E::Store, 1, 1, 1},
+    {"bitop", E::Store, 2, 2, 1},
+    {"georadius", E::Store, 1, 1, 1},  // only propagated with STORE
+    {"geosearchstore", E::Store, 1, 1, 1},
+    // expiry
+    {"pexpireat", E::ExpireAt, 1, 1, 1},
+    {"persist", E::Persist, 1, 1, 1},
+    // deletion
+    {"del", E::Delete, 1, -1, 1},
+    {"unlink", E::Delete, 1, -1, 1},
+    // whole-key moves
+    {"restore", E::Restore, 1, 1, 1},
+    {"rename", E::Rename, 1, 2, 1},
+    {"renamenx", E::Rename, 1, 2, 1},
+    {"copy", E::Copy, 1, 2, 1},
+    // databases and framing
+    {"flushdb", E::Flush, 0, 0, 0},
+    {"flushall", E::Flush, 0, 0, 0},
+    {"select", E::Select, 0, 0, 0},
+    {"multi", E::Multi, 0, 0, 0},
+    {"exec", E::Exec, 0, 0, 0},
+    {"ping", E::Heartbeat, 0, 0, 0},
+    {"replconf", E::Heartbeat, 0, 0, 0},
+};
+
+class Table {
+ public:
+  Table() {
+    for (const auto& c : kCommands) map_.emplace(c.name, &c);
+  }
+  const CommandSpec* find(std::string_view name) const {
+    if (name.size() > 32) return nullptr;
+    std::array<char, 32> lower;
+    std::transform(name.begin(), name.end(), lower.begin(), [](char ch) {
+      return (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+    });
+    auto it = map_.find(std::string_view(lower.data(), name.size()));
+    return it == map_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::unordered_map<std::string_view, const CommandSpec*> map_;
+};
+
+}  // namespace
+
+const CommandSpec* lookupCommand(std::string_view name) {
+  static const Table table;
+  return table.find(name);
+}
+
+}  // namespace xdcr::source

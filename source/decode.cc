@@ -1,0 +1,155 @@
+#include "source/event.h"
+
+#include <charconv>
+
+#include "common/resp.h"
+
+namespace xdcr::source {
+namespace {
+
+using resp::iequals;
+
+bool toInt(std::string_view s, int64_t& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+Event keyEvent(EventKind kind, DeadlineRule rule, int db, const Entry& e, size_t arg,
+               int64_t deadline = 0) {
+  Event ev;
+  ev.kind = kind;
+  ev.rule = rule;
+  ev.db = db;
+  ev.key = e.args[arg];
+  ev.key_arg = static_cast<uint16_t>(arg);
+  ev.deadline_ms = deadline;
+  return ev;
+}
+
+Event keyless(EventKind kind, int db) {
+  Event ev;
+  ev.kind = kind;
+  ev.db = db;
+  return ev;
+}
+
+/** Appends one event per key position of `spec`. */
+void eachKey(const CommandSpec& spec, const Entry& e, int db, EventKind kind, DeadlineRule rule,
+             std::vector<Event>& out) {
+  int n = static_cast<int>(e.args.size());
+  int last = spec.last_key < 0 ? n + spec.last_key : spec.last_key;
+  for (int i = spec.first_key; i <= last && i < n; i += spec.key_step) {
+    out.push_back(keyEvent(kind, rule, db, e, i));
+  }
+}
+
+}  // namespace
+
+bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::string* problem) {
+  c.entry = &e;
+  c.db = db;
+  c.events.clear();
+  c.spec = lookupCommand(e.args[0]);
+  c.effect = c.spec ? c.spec->effect : Effect::Unknown;
+  const size_t argc = e.args.size();
+  auto bad = [&](const char* what) {
+    if (problem) *problem = what;
+    c.effect = Effect::Unknown;
+    c.events.clear();
+    c.events.push_back(keyless(EventKind::Other, db));
+    return false;
+  };
+  if (c.spec && c.spec->first_key > 0 && argc <= static_cast<size_t>(c.spec->first_key)) {
+    return bad("missing key argument");
+  }
+
+  switch (c.effect) {
+    case Effect::Set: {
+      if (argc < 3) return bad("SET needs a key and a value");
+      DeadlineRule rule = DeadlineRule::None;
+      int64_t deadline = 0;
+      for (size_t i = 3; i < argc; ++i) {
+        std::string_view opt = e.args[i];
+        if (iequals(opt, "KEEPTTL")) {
+          rule = DeadlineRule::Keep;
+          continue;
+        }
+        bool abs_ms = iequals(opt, "PXAT"), abs_s = iequals(opt, "EXAT");
+        bool rel_ms = iequals(opt, "PX"), rel_s = iequals(opt, "EX");
+        if (abs_ms || abs_s || rel_ms || rel_s) {
+          int64_t v = 0;
+          if (i + 1 >= argc || !toInt(e.args[i + 1], v)) return bad("bad SET expiry value");
+          ++i;
+          // Redis 7.0 only propagates PXAT; the others come from older sources.
+          deadline = abs_ms ? v : abs_s ? v * 1000 : rel_ms ? source_now_ms + v
+                                                             : source_now_ms + v * 1000;
+          if (deadline <= 0) deadline = 1;  // an absolute time in the past, not "no expiry"
+          rule = DeadlineRule::Explicit;
+        }
+        // NX, XX, GET: the source only propagates a SET that took effect.
+      }
+      c.events.push_back(keyEvent(EventKind::Mutation, rule, db, e, 1, deadline));
+      return true;
+    }
+    case Effect::SetNoTtl:
+    case Effect::Store:
+      eachKey(*c.spec, e, db, EventKind::Mutation, DeadlineRule::None, c.events);
+      return true;
+    case Effect::InPlace:
+      eachKey(*c.spec, e, db, EventKind::Mutation, DeadlineRule::Current, c.events);
+      return true;
+    case Effect::ExpireAt: {
+      int64_t v = 0;
+      if (argc < 3 || !toInt(e.args[2], v)) return bad("bad PEXPIREAT deadline");
+      c.events.push_back(keyEvent(EventKind::ExpiryChange, DeadlineRule::Explicit, db, e, 1,
+                                  v > 0 ? v : 1));
+      return true;
+    }
+    case Effect::Persist:
+      c.events.push_back(keyEvent(EventKind::ExpiryChange, DeadlineRule::None, db, e, 1));
+      return true;
+    case Effect::Delete:
+      // Deletion or expiration: classified per key by filters/ (expiry-semantics.md §5).
+      eachKey(*c.spec, e, db, EventKind::Deletion, DeadlineRule::None, c.events);
+      return true;
+    case Effect::Restore: {
+      int64_t ttl = 0;
+      if (argc < 4 || !toInt(e.args[2], ttl) || ttl < 0) return bad("bad RESTORE ttl");
+      bool abs = false;
+      for (size_t i = 4; i < argc; ++i) abs = abs || iequals(e.args[i], "ABSTTL");
+      int64_t deadline = ttl == 0 ? 0 : abs ? ttl : source_now_ms + ttl;
+      c.events.push_back(keyEvent(EventKind::Mutation, DeadlineRule::Explicit, db, e, 1, deadline));
+      return true;
+    }
+    case Effect::Rename:
+    case Effect::Copy: {
+      if (argc < 3) return bad("RENAME/COPY needs two keys");
+      int to_db = db;
+      if (c.effect == Effect::Copy) {
+        for (size_t i = 3; i + 1 < argc; ++i) {
+          int64_t v = 0;
+          if (iequals(e.args[i], "DB") && toInt(e.args[i + 1], v) && v >= 0) to_db = int(v);
+        }
+      }
+      Event ev = keyEvent(EventKind::Mutation, DeadlineRule::FromKey, to_db, e, 2);
+      ev.from_key = e.args[1];
+      ev.from_db = db;
+      c.events.push_back(ev);
+      return true;
+    }
+    case Effect::Flush:
+      c.events.push_back(keyless(EventKind::Flush, db));
+      return true;
+    case Effect::Select:
+    case Effect::Multi:
+    case Effect::Exec:
+    case Effect::Heartbeat:
+      return true;  // framing: no event
+    case Effect::Unknown:
+      c.events.push_back(keyless(EventKind::Other, db));
+      return true;
+  }
+  return true;
+}
+
+}  // namespace xdcr::source

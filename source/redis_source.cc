@@ -1,0 +1,232 @@
+#include "source/redis_source.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace xdcr::source {
+namespace {
+
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+// +FULLRESYNC arrives only when the source's fork starts (repl-diskless-sync-delay, 5 s by
+// default, plus the time to fork a large process), and snapshot bytes may pause while the child
+// writes: be patient, like Redis's own repl-timeout (60 s).
+constexpr auto kSyncTimeout = std::chrono::seconds(60);
+constexpr size_t kEofMarkLength = 40;
+
+bool parseU64(std::string_view s, uint64_t& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+}  // namespace
+
+RedisSource::RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster,
+                         std::string label)
+    : cluster_(cluster), conn_(std::move(ex), std::move(label)) {}
+
+net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, SnapshotSink& sink) {
+  const std::string& label = conn_.label();
+  if (auto r = co_await conn_.connect(cluster_.host, cluster_.port, kHandshakeTimeout); !r) {
+    co_return fail(r.error());
+  }
+  if (cluster_.password.present()) {
+    if (auto r = co_await conn_.auth(cluster_.username, cluster_.password.value, kHandshakeTimeout);
+        !r) {
+      co_return fail(r.error());
+    }
+  }
+  std::vector<std::vector<std::string_view>> handshake;
+  handshake.push_back({"PING"});
+  handshake.push_back({"REPLCONF", "listening-port", "0"});
+  handshake.push_back({"REPLCONF", "capa", "eof", "capa", "psync2"});
+  for (auto& args : handshake) {
+    std::string name(args.front());
+    auto r = co_await conn_.call(args, kHandshakeTimeout);
+    if (!r) co_return fail(r.error());
+    if (r->has_error) {
+      auto kind = (r->text.rfind("NOAUTH", 0) == 0 || r->text.rfind("NOPERM", 0) == 0)
+                      ? Error::Kind::Auth
+                      : Error::Kind::Refused;
+      co_return fail(Error{kind, fmt::format("{}: {} refused: {}{}", label, name, r->text,
+                                             kind == Error::Kind::Auth
+                                                 ? "; set username/password, and grant the user "
+                                                   "+psync +replconf +ping"
+                                                 : "")});
+    }
+  }
+
+  std::string psync_offset = resume ? std::to_string(resume->offset + 1) : "-1";
+  std::string out;
+  std::vector<std::string_view> psync{"PSYNC", resume ? std::string_view(resume->replid) : "?",
+                                      psync_offset};
+  resp::appendCommand(out, psync);
+  if (auto w = co_await conn_.writeAll(out); !w) co_return fail(w.error());
+  auto line = co_await conn_.readLine(kSyncTimeout);
+  if (!line) co_return fail(line.error());
+
+  std::string_view reply = *line;
+  if (reply.rfind("+CONTINUE", 0) == 0) {
+    pos_ = *resume;
+    std::string_view rest = reply.substr(9);
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    if (!rest.empty() && rest != pos_.replid) {
+      // psync2 after a failover: the history continues under the new id.
+      spdlog::info("{}: replication id changed {} -> {} (history continues)", label, pos_.replid,
+                   rest);
+      pos_.replid = std::string(rest);
+    }
+    spdlog::info("{}: partial resync accepted at offset {}", label, pos_.offset);
+    co_return SyncKind::Partial;
+  }
+  if (reply.rfind("+FULLRESYNC ", 0) == 0) {
+    std::string_view rest = reply.substr(12);
+    auto sp = rest.find(' ');
+    uint64_t off = 0;
+    if (sp != 40 || !parseU64(rest.substr(sp + 1), off)) {
+      co_return fail(Error::protocol(fmt::format("{}: malformed FULLRESYNC reply \"{}\"", label,
+                                                 reply)));
+    }
+    pos_.replid = std::string(rest.substr(0, sp));
+    pos_.offset = off;
+    if (resume) {
+      spdlog::warn("{}: source refused partial resync from {}:{}; full resync at {}:{}", label,
+                   resume->replid, resume->offset, pos_.replid, pos_.offset);
+    } else {
+      spdlog::info("{}: full resync at {}:{}", label, pos_.replid, pos_.offset);
+    }
+    if (auto r = co_await receiveSnapshot(sink); !r) co_return fail(r.error());
+    // A diskless source sends no stream until it sees an ACK after the snapshot.
+    if (auto r = co_await sendAck(pos_.offset); !r) co_return fail(r.error());
+    co_return SyncKind::Full;
+  }
+  if (reply.rfind("-NOPERM", 0) == 0 || reply.rfind("-NOAUTH", 0) == 0) {
+    co_return fail(Error::auth(fmt::format(
+        "{}: PSYNC refused: {}; grant the replication user +psync +replconf +ping", label,
+        reply.substr(1))));
+  }
+  co_return fail(Error::refused(fmt::format("{}: PSYNC refused: \"{}\"", label, reply)));
+}
+
+net::awaitable<Status> RedisSource::receiveSnapshot(SnapshotSink& sink) {
+  const std::string& label = conn_.label();
+  auto header = co_await conn_.readLine(kSyncTimeout);
+  if (!header) co_return fail(header.error());
+  std::string_view h = *header;
+  auto& buf = conn_.buffer();
+  if (h.rfind("$EOF:", 0) == 0) {
+    std::string mark(h.substr(5));
+    if (mark.size() != kEofMarkLength) {
+      co_return fail(Error::protocol(fmt::format("{}: bad snapshot EOF marker", label)));
+    }
+    sink.begin(pos_, 0);
+    // The snapshot ends with the marker; the source sends nothing after it until our ACK, so
+    // the marker is found at the end of what has been read. Hand over everything but a tail
+    // that could be the start of the marker.
+    for (;;) {
+      auto d = buf.data();
+      if (d.size() >= kEofMarkLength && d.substr(d.size() - kEofMarkLength) == mark) {
+        if (auto r = sink.data(d.substr(0, d.size() - kEofMarkLength)); !r) co_return r;
+        buf.consume(d.size());
+        break;
+      }
+      if (d.size() > kEofMarkLength) {
+        size_t n = d.size() - kEofMarkLength;
+        if (auto r = sink.data(d.substr(0, n)); !r) co_return r;
+        buf.consume(n);
+      }
+      if (auto r = co_await conn_.readSome(); !r) co_return fail(r.error());
+    }
+  } else if (h.size() > 1 && h[0] == '$') {
+    uint64_t len = 0;
+    if (!parseU64(h.substr(1), len)) {
+      co_return fail(Error::protocol(fmt::format("{}: bad snapshot length \"{}\"", label, h)));
+    }
+    sink.begin(pos_, len);
+    uint64_t left = len;
+    while (left > 0) {
+      auto d = buf.data();
+      size_t n = static_cast<size_t>(std::min<uint64_t>(left, d.size()));
+      if (n > 0) {
+        if (auto r = sink.data(d.substr(0, n)); !r) co_return r;
+        buf.consume(n);
+        left -= n;
+      }
+      if (left > 0) {
+        if (auto r = co_await conn_.readSome(); !r) co_return fail(r.error());
+      }
+    }
+  } else {
+    co_return fail(Error::protocol(fmt::format("{}: unexpected snapshot header \"{}\"", label, h)));
+  }
+  buf.shrinkIfIdle(1 << 20);
+  co_return sink.end();
+}
+
+Result<bool> RedisSource::nextUnit(Unit& u) {
+  std::string_view data = conn_.buffer().data();
+  if (data.size() < scan_hint_ || data.empty()) return false;
+  u.entries.clear();
+  u.spans.clear();
+  u.argv.clear();
+  u.transaction = false;
+  bounds_.clear();
+  size_t pos = 0;
+  for (;;) {
+    auto r = resp::parseCommand(data.substr(pos), args_);
+    if (r.status == resp::ParseStatus::NeedMore) {
+      scan_hint_ = r.need ? pos + r.need : data.size() + 1;
+      return false;
+    }
+    if (r.status == resp::ParseStatus::Error) {
+      return fail(Error::protocol(fmt::format(
+          "{}: malformed replication stream near offset {}: {}; the connection will be "
+          "re-established",
+          conn_.label(), pos_.offset + pos, r.error)));
+    }
+    size_t first = u.spans.size();
+    for (auto s : args_) u.spans.push_back({pos + s.pos, s.len});
+    std::string_view name = data.substr(pos + args_[0].pos, args_[0].len);
+    pos += r.consumed;
+    bounds_.push_back({first, args_.size(), pos});
+    if (bounds_.size() == 1) {
+      if (!resp::iequals(name, "multi")) break;
+      u.transaction = true;
+    } else if (resp::iequals(name, "exec")) {
+      break;
+    }
+  }
+  u.argv.reserve(u.spans.size());
+  for (auto s : u.spans) u.argv.emplace_back(data.data() + s.pos, s.len);
+  for (const auto& b : bounds_) {
+    u.entries.push_back(Entry{std::span<const std::string_view>(u.argv.data() + b.first, b.count),
+                              pos_.offset + b.end});
+  }
+  u.bytes = pos;
+  u.offset_end = pos_.offset + pos;
+  scan_hint_ = 0;
+  return true;
+}
+
+void RedisSource::consume(const Unit& unit) {
+  conn_.buffer().consume(unit.bytes);
+  pos_.offset = unit.offset_end;
+}
+
+net::awaitable<Status> RedisSource::readMore() {
+  auto r = co_await conn_.readSome();
+  if (!r) co_return fail(r.error());
+  co_return Status{};
+}
+
+net::awaitable<Status> RedisSource::sendAck(uint64_t offset) {
+  std::string out;
+  char digits[24];
+  auto [p, ec] = std::to_chars(digits, digits + sizeof digits, offset);
+  std::vector<std::string_view> ack{"REPLCONF", "ACK", std::string_view(digits, p - digits)};
+  resp::appendCommand(out, ack);
+  co_return co_await conn_.writeAll(out);
+}
+
+}  // namespace xdcr::source

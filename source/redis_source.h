@@ -1,0 +1,110 @@
+#pragma once
+// The Redis change-stream reader: attaches to a source as a replica (PSYNC), consumes the
+// snapshot when the source answers +FULLRESYNC, then yields the replication stream as units,
+// each one entry or one whole MULTI ... EXEC block, with exact replication offsets.
+//
+// State machine (one connection's life):
+//   connect -> [AUTH] -> REPLCONF listening-port, capa eof psync2 -> PSYNC
+//     +CONTINUE            -> streaming from the resume offset
+//     +FULLRESYNC id off   -> snapshot ($EOF:<mark> or $<len> framing) -> ACK -> streaming
+//
+// Not thread-safe; one strand. Units returned by nextUnit() view the read buffer and stay valid
+// until the next call to nextUnit()/readMore()/consume().
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/redis_conn.h"
+#include "config/config.h"
+
+namespace xdcr::source {
+
+/** Where a replica stands in a source's history: replication id and offset (bytes). */
+struct Position {
+  std::string replid;   // 40 hex chars; empty = none (first start)
+  uint64_t offset = 0;  // offset of the last byte consumed (Redis master_repl_offset semantics)
+};
+
+/** One stream entry: a command and the replication offset just past it. */
+struct Entry {
+  std::span<const std::string_view> args;  // args[0] is the command name
+  uint64_t offset_end = 0;
+};
+
+/** One entry, or a whole MULTI ... EXEC block (entries[0] is MULTI, the last is EXEC). */
+struct Unit {
+  std::vector<Entry> entries;
+  bool transaction = false;
+  uint64_t offset_end = 0;
+  size_t bytes = 0;
+
+  // storage behind `entries` (reused between units)
+  std::vector<std::string_view> argv;
+  std::vector<resp::ArgSpan> spans;
+};
+
+/** Receives the snapshot of a full resync. The default implementation skips it. */
+class SnapshotSink {
+ public:
+  virtual ~SnapshotSink() = default;
+  /** `total_bytes` is known for the `$len` framing, 0 for the diskless `$EOF:` framing. */
+  virtual void begin(const Position& at, uint64_t total_bytes) = 0;
+  /** Raw RDB bytes, in order. */
+  virtual Status data(std::string_view chunk) = 0;
+  /** The whole RDB was received. */
+  virtual Status end() = 0;
+};
+
+enum class SyncKind { Partial, Full };
+
+class RedisSource {
+ public:
+  RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label);
+
+  /**
+   * Connects and negotiates the stream. With a `resume` position, asks for a partial resync
+   * (PSYNC replid offset+1); otherwise, or when the source refuses, a full resync whose snapshot
+   * is handed to `sink`. On return the stream is positioned at `position()`.
+   */
+  net::awaitable<Result<SyncKind>> start(const Position* resume, SnapshotSink& sink);
+
+  /**
+   * The next complete unit from the buffer, or false when more bytes are needed (call
+   * readMore()). A protocol error fails the connection.
+   */
+  Result<bool> nextUnit(Unit& unit);
+  /** Marks `unit` consumed: the position advances to unit.offset_end. */
+  void consume(const Unit& unit);
+  /** Reads more stream bytes from the socket. */
+  net::awaitable<Status> readMore();
+
+  /** REPLCONF ACK <offset>. Only one write at a time: the caller serialises. */
+  net::awaitable<Status> sendAck(uint64_t offset);
+
+  const Position& position() const { return pos_; }
+  uint64_t bytesBuffered() const { return conn_.buffer().size(); }
+  uint64_t bytesRead() const { return conn_.bytesRead(); }
+  void close() { conn_.close(); }
+  void cancel() { conn_.cancel(); }
+
+ private:
+  net::awaitable<Status> receiveSnapshot(SnapshotSink& sink);
+
+  const config::ClusterConfig& cluster_;
+  RedisConnection conn_;
+  Position pos_;
+  size_t scan_hint_ = 0;  // bytes needed before parsing again is worthwhile
+  struct Bound {
+    size_t first, count, end;  // entry's spans and end position within the unit
+  };
+  std::vector<Bound> bounds_;          // reused
+  std::vector<resp::ArgSpan> args_;    // reused
+};
+
+}  // namespace xdcr::source

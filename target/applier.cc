@@ -1,0 +1,402 @@
+#include "target/applier.h"
+
+#include "common/resp.h"
+
+namespace xdcr::target {
+
+using source::DeadlineRule;
+using source::Effect;
+using source::Event;
+
+Applier::Applier(const MaxTtlPolicy& policy, const filters::KeyRewriter& rewriter,
+                 const filters::StreamFilter& filter, const clock::ClusterClock& target_clock,
+                 PipelineStats& stats)
+    : policy_(policy),
+      rewriter_(rewriter),
+      filter_(filter),
+      target_clock_(target_clock),
+      stats_(stats) {}
+
+void Applier::beginUnit(bool transaction) {
+  transaction_ = transaction;
+  unit_.clear();
+  unit_cmds_ = 0;
+}
+
+size_t Applier::finishUnit(std::string& out) {
+  if (unit_cmds_ == 0) return 0;
+  size_t n = unit_cmds_;
+  if (transaction_) {
+    // A source MULTI/EXEC stays atomic on the target.
+    resp::appendCommand(out, {"MULTI"});
+    out.append(unit_);
+    resp::appendCommand(out, {"EXEC"});
+    n += 2;
+  } else {
+    out.append(unit_);
+  }
+  unit_.clear();
+  unit_cmds_ = 0;
+  return n;
+}
+
+Applier::Dest Applier::dest(int source_db, std::string_view key) {
+  Dest d;
+  d.db = filter_.mapDb(source_db);
+  auto [prefix, rest] = rewriter_.map(key);
+  d.prefix = prefix;
+  d.rest = rest;
+  if (policy_.empty()) {
+    d.max_ttl_ms = 0;
+  } else if (prefix.empty()) {
+    d.max_ttl_ms = policy_.effectiveMs(d.db, rest);
+  } else {
+    key_scratch_.assign(prefix);
+    key_scratch_.append(rest);
+    d.max_ttl_ms = policy_.effectiveMs(d.db, key_scratch_);
+  }
+  return d;
+}
+
+int64_t Applier::clamp(int64_t e, const Dest& d, int64_t now) {
+  int64_t t = clampDeadline(e, d.max_ttl_ms, now);
+  if (t != e) ++stats_.expiry_clamped;
+  return t;
+}
+
+void Applier::ensureDb(int db) {
+  if (db == target_db_) return;
+  // Before the entry's first command (and outside a source transaction) the SELECT goes ahead
+  // of the entry, outside any MULTI this entry may get; later ones stay in order inside it.
+  bool ahead = !transaction_ && entry_cmds_ == 0;
+  std::string& where = ahead ? select_ : entry_;
+  resp::appendArrayHeader(where, 2);
+  resp::appendBulk(where, "SELECT");
+  resp::appendBulkInt(where, db);
+  ++(ahead ? select_cmds_ : entry_cmds_);
+  target_db_ = db;
+}
+
+void Applier::cmd(size_t argc) {
+  resp::appendArrayHeader(entry_, argc);
+  ++entry_cmds_;
+}
+
+void Applier::bulkKey(const Dest& d) {
+  if (d.prefix.empty()) {
+    resp::appendBulk(entry_, d.rest);
+    return;
+  }
+  entry_.push_back('$');
+  entry_.append(std::to_string(d.prefix.size() + d.rest.size()));
+  entry_.append("\r\n");
+  entry_.append(d.prefix);
+  entry_.append(d.rest);
+  entry_.append("\r\n");
+}
+
+void Applier::forward(const source::Change& c, bool rewrite_keys) {
+  const auto& args = c.entry->args;
+  cmd(args.size());
+  int first = 0, last = -1, step = 1;
+  if (rewrite_keys && c.spec != nullptr && c.spec->first_key > 0 && !rewriter_.empty()) {
+    first = c.spec->first_key;
+    last = c.spec->last_key < 0 ? static_cast<int>(args.size()) + c.spec->last_key
+                                : c.spec->last_key;
+    step = c.spec->key_step;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    int ii = static_cast<int>(i);
+    if (first > 0 && ii >= first && ii <= last && (ii - first) % step == 0) {
+      auto [prefix, rest] = rewriter_.map(args[i]);
+      bulkKey(Dest{0, prefix, rest, 0});
+    } else {
+      bulk(args[i]);
+    }
+  }
+}
+
+void Applier::setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if_none) {
+  if (t == 0) {
+    if (persist_if_none) {
+      cmd(2);
+      bulk("PERSIST");
+      bulkKey(d);
+      stats_.count(WriteOp::Persist);
+    }
+    return;
+  }
+  if (t <= now) {
+    cmd(2);
+    bulk("DEL");
+    bulkKey(d);
+    stats_.count(WriteOp::Delete);
+    ++stats_.expired_on_arrival;
+    return;
+  }
+  cmd(3);
+  bulk("PEXPIREAT");
+  bulkKey(d);
+  bulkInt(t);
+  stats_.count(WriteOp::Expire);
+}
+
+void Applier::apply(const source::Change& c) {
+  size_t passing = 0;
+  for (const auto& ev : c.events) passing += ev.pass ? 1 : 0;
+  if (passing == 0) return;
+
+  entry_.clear();
+  entry_cmds_ = 0;
+  select_.clear();
+  select_cmds_ = 0;
+  const int64_t now = target_clock_.nowMs();
+  // Only helper commands (a clamp after an in-place write, a deadline after RENAME) need a
+  // MULTI of their own; a single command is atomic already.
+  bool needs_atomic = false;
+
+  switch (c.effect) {
+    case Effect::Set:
+      for (const auto& ev : c.events) {
+        if (ev.pass) applySet(c, ev, now);
+      }
+      break;
+    case Effect::SetNoTtl: {
+      // MSET k1 v1 k2 v2 / SETNX k v / GETSET k v: each key written with E = 0.
+      for (const auto& ev : c.events) {
+        if (!ev.pass) continue;
+        Dest d = dest(ev.db, ev.key);
+        ensureDb(d.db);
+        int64_t t = clamp(0, d, now);
+        cmd(t ? 5 : 3);
+        bulk("SET");
+        bulkKey(d);
+        bulk(c.arg(ev.key_arg + 1));
+        if (t) {
+          bulk("PXAT");
+          bulkInt(t);
+        }
+        stats_.count(WriteOp::Set);
+      }
+      needs_atomic = entry_cmds_ > 1;
+      break;
+    }
+    case Effect::Store:
+    case Effect::InPlace: {
+      // Forward the write itself, then give each key its clamped deadline where the target
+      // has a maxTTL: in-place writes extend a document's life up to now+M (seed 000).
+      const Event& first = c.events.front();
+      Dest d0 = dest(first.db, first.key);
+      ensureDb(d0.db);
+      forward(c, true);
+      stats_.count(WriteOp::Other);
+      for (const auto& ev : c.events) {
+        if (!ev.pass) continue;
+        Dest d = dest(ev.db, ev.key);
+        if (d.max_ttl_ms == 0) continue;  // M == 0: the target deadline is untouched
+        setDeadline(d, clamp(ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, d, now), now, false);
+      }
+      needs_atomic = entry_cmds_ > 1;
+      break;
+    }
+    case Effect::ExpireAt:
+    case Effect::Persist:
+      for (const auto& ev : c.events) {
+        if (!ev.pass) continue;
+        Dest d = dest(ev.db, ev.key);
+        ensureDb(d.db);
+        if (ev.stripped && d.max_ttl_ms == 0) continue;  // strip_ttl: nothing to do
+        // PERSIST into a maxTTL collection becomes now+M: never a bare PERSIST there.
+        setDeadline(d, clamp(toTarget(ev.deadline_ms), d, now), now, true);
+      }
+      break;
+    case Effect::Delete: {
+      size_t n = 0;
+      for (const auto& ev : c.events) n += ev.pass ? 1 : 0;
+      int db = -1;
+      for (const auto& ev : c.events) {
+        if (!ev.pass) continue;
+        Dest d = dest(ev.db, ev.key);
+        if (db < 0) {
+          db = d.db;
+          ensureDb(db);
+          cmd(n + 1);
+          bulk(c.arg(0));  // DEL or UNLINK, as the source sent it
+        }
+        bulkKey(d);
+      }
+      stats_.count(WriteOp::Delete);
+      break;
+    }
+    case Effect::Restore:
+      applyRestore(c, c.events.front(), now);
+      break;
+    case Effect::Rename:
+    case Effect::Copy:
+      applyMoveOrCopy(c, c.events.front(), now);
+      needs_atomic = entry_cmds_ > 1;
+      break;
+    case Effect::Flush:
+      applyFlush(c);
+      needs_atomic = entry_cmds_ > 1;
+      break;
+    case Effect::Unknown: {
+      // Not in the command table: forwarded verbatim in the mapped db, and counted.
+      ensureDb(filter_.mapDb(c.db));
+      forward(c, false);
+      stats_.count(WriteOp::Other);
+      break;
+    }
+    case Effect::Select:
+    case Effect::Multi:
+    case Effect::Exec:
+    case Effect::Heartbeat:
+      break;
+  }
+
+  unit_.append(select_);
+  unit_cmds_ += select_cmds_;
+  if (needs_atomic && !transaction_) {
+    resp::appendCommand(unit_, {"MULTI"});
+    unit_.append(entry_);
+    resp::appendCommand(unit_, {"EXEC"});
+    unit_cmds_ += entry_cmds_ + 2;
+  } else {
+    unit_.append(entry_);
+    unit_cmds_ += entry_cmds_;
+  }
+}
+
+void Applier::applySet(const source::Change& c, const Event& ev, int64_t now) {
+  Dest d = dest(ev.db, ev.key);
+  ensureDb(d.db);
+  if (ev.rule == DeadlineRule::Keep) {
+    // Preserve expiry: the target keeps its own deadline, no clamp (§4).
+    cmd(4);
+    bulk("SET");
+    bulkKey(d);
+    bulk(c.arg(2));
+    bulk("KEEPTTL");
+    stats_.count(WriteOp::Set);
+    return;
+  }
+  int64_t t = clamp(toTarget(ev.deadline_ms), d, now);
+  if (t != 0 && t <= now) {
+    // Expired on arrival: the source's key is gone, so the target's must be too.
+    setDeadline(d, t, now, false);
+    return;
+  }
+  cmd(t ? 5 : 3);
+  bulk("SET");
+  bulkKey(d);
+  bulk(c.arg(2));
+  if (t) {
+    bulk("PXAT");
+    bulkInt(t);
+  }
+  stats_.count(WriteOp::Set);
+}
+
+void Applier::applyRestore(const source::Change& c, const Event& ev, int64_t now) {
+  Dest d = dest(ev.db, ev.key);
+  ensureDb(d.db);
+  int64_t t = clamp(toTarget(ev.deadline_ms), d, now);
+  if (t != 0 && t <= now) {
+    setDeadline(d, t, now, false);
+    return;
+  }
+  // RESTORE key T payload REPLACE [ABSTTL] [IDLETIME n] [FREQ n]: REPLACE because the target
+  // mirrors the source, whatever it held before.
+  size_t extra = 0;
+  const auto& args = c.entry->args;
+  for (size_t i = 4; i + 1 < args.size(); ++i) {
+    if (resp::iequals(args[i], "IDLETIME") || resp::iequals(args[i], "FREQ")) extra += 2;
+  }
+  cmd(5 + extra + (t ? 1 : 0));
+  bulk("RESTORE");
+  bulkKey(d);
+  bulkInt(t);
+  bulk(c.arg(3));
+  bulk("REPLACE");
+  if (t) bulk("ABSTTL");
+  for (size_t i = 4; i + 1 < args.size(); ++i) {
+    if (resp::iequals(args[i], "IDLETIME") || resp::iequals(args[i], "FREQ")) {
+      bulk(args[i]);
+      bulk(args[i + 1]);
+      ++i;
+    }
+  }
+  stats_.count(WriteOp::Restore);
+}
+
+void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t now) {
+  if (ev.kind == EventKind::Deletion) {
+    // RENAME out of the replicated key set (filters/): the key is gone from the target's view.
+    Dest d = dest(ev.db, ev.key);
+    ensureDb(d.db);
+    cmd(2);
+    bulk("DEL");
+    bulkKey(d);
+    stats_.count(WriteOp::Delete);
+    return;
+  }
+  Dest from = dest(ev.from_db, ev.from_key);
+  Dest to = dest(ev.db, ev.key);
+  ensureDb(from.db);
+  if (c.effect == Effect::Rename) {
+    cmd(3);
+    bulk("RENAME");
+    bulkKey(from);
+    bulkKey(to);
+  } else {
+    bool other_db = to.db != from.db;
+    cmd(other_db ? 6 : 4);
+    bulk("COPY");
+    bulkKey(from);
+    bulkKey(to);
+    if (other_db) {
+      bulk("DB");
+      bulkInt(to.db);
+    }
+    bulk("REPLACE");
+  }
+  stats_.count(WriteOp::Other);
+  // `to` gets clamp(source deadline of `from`) under its own collection (§4), whatever
+  // deadline the target's copy of `from` carried.
+  int64_t t = clamp(toTarget(ev.deadline_ms), to, now);
+  if (to.db != from.db) {
+    // Inside this entry's MULTI: switch, set the deadline, switch back.
+    cmd(2);
+    bulk("SELECT");
+    bulkInt(to.db);
+    setDeadline(to, t, now, true);
+    cmd(2);
+    bulk("SELECT");
+    bulkInt(from.db);
+  } else {
+    setDeadline(to, t, now, true);
+  }
+}
+
+void Applier::applyFlush(const source::Change& c) {
+  const Event& ev = c.events.front();
+  bool all = resp::iequals(c.arg(0), "flushall");
+  if (all && filter_.dbMap().empty()) {
+    cmd(1);
+    bulk("FLUSHALL");
+  } else if (all) {
+    // Only the target dbs this pipeline replicates into.
+    for (const auto& [src, dst] : filter_.dbMap()) {
+      ensureDb(dst);
+      cmd(1);
+      bulk("FLUSHDB");
+    }
+  } else {
+    ensureDb(filter_.mapDb(ev.db));
+    cmd(1);
+    bulk("FLUSHDB");
+  }
+  stats_.count(WriteOp::Other);
+}
+
+}  // namespace xdcr::target

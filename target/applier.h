@@ -1,0 +1,94 @@
+#pragma once
+// The applier: filtered events in, target RESP commands out, with the maxTTL clamp applied
+// (expiry-semantics.md §4). Deadlines are always written absolute (SET ... PXAT, PEXPIREAT,
+// RESTORE ... ABSTTL), never as relative TTLs.
+//
+// The clamp is computed here against the agent's view of the target's clock
+// (clock::ClusterClock: local clock + measured offset), so each write is ONE command carrying its
+// final deadline: atomic on the target, no unclamped intermediate state, no extra round trip.
+// A write whose final deadline is already past is sent as DEL (expired on arrival: never visible
+// on the target). A source MULTI/EXEC stays one MULTI/EXEC; an entry that needs more than one
+// target command (an in-place write plus its clamp, RENAME plus its deadline) is wrapped in its
+// own MULTI/EXEC so no reader sees it half done.
+//
+// Not thread-safe; one per pipeline session.
+
+#include <cstdint>
+#include <string>
+
+#include "clock/clock.h"
+#include "common/stats.h"
+#include "filters/stream_filter.h"
+#include "source/event.h"
+#include "target/max_ttl.h"
+
+namespace xdcr::target {
+
+class Applier {
+ public:
+  Applier(const MaxTtlPolicy& policy, const filters::KeyRewriter& rewriter,
+          const filters::StreamFilter& filter, const clock::ClusterClock& target_clock,
+          PipelineStats& stats);
+
+  /** Starts a unit: one entry, or a source MULTI ... EXEC block (`transaction`). */
+  void beginUnit(bool transaction);
+  /** Translates one filtered entry of the current unit. */
+  void apply(const source::Change& change);
+  /** Appends the unit's target commands to `out`; returns how many commands (= replies). */
+  size_t finishUnit(std::string& out);
+
+  /** The target connection is new: its selected db is unknown (0 after connect). */
+  void resetTargetDb() { target_db_ = 0; }
+  /**
+   * Skew compensation (clock.on_skew: compensate): Δ = target − source, added to every source
+   * deadline to translate it into the target's clock domain. 0 = no translation.
+   */
+  void setCompensationMs(int64_t delta) { compensation_ms_ = delta; }
+
+ private:
+  /** Target db + key of an event, and its effective maxTTL. */
+  struct Dest {
+    int db;
+    std::string_view prefix, rest;  // target key = prefix + rest
+    int64_t max_ttl_ms;
+  };
+  Dest dest(int source_db, std::string_view key);
+  int64_t toTarget(int64_t source_deadline) const {
+    return source_deadline == 0 ? 0 : source_deadline + compensation_ms_;
+  }
+  /** The clamped deadline, counting clamps. */
+  int64_t clamp(int64_t e, const Dest& d, int64_t now);
+
+  void ensureDb(int db);
+  void cmd(size_t argc);  // starts a command of argc args in the entry buffer
+  void bulk(std::string_view s) { resp::appendBulk(entry_, s); }
+  void bulkKey(const Dest& d);
+  void bulkInt(int64_t v) { resp::appendBulkInt(entry_, v); }
+  void forward(const source::Change& c, bool rewrite_keys);
+  /** Gives an existing key its final deadline T (PEXPIREAT, PERSIST, or DEL if T is past). */
+  void setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if_none);
+
+  void applySet(const source::Change& c, const source::Event& ev, int64_t now);
+  void applyRestore(const source::Change& c, const source::Event& ev, int64_t now);
+  void applyMoveOrCopy(const source::Change& c, const source::Event& ev, int64_t now);
+  void applyFlush(const source::Change& c);
+
+  const MaxTtlPolicy& policy_;
+  const filters::KeyRewriter& rewriter_;
+  const filters::StreamFilter& filter_;
+  const clock::ClusterClock& target_clock_;
+  PipelineStats& stats_;
+  int64_t compensation_ms_ = 0;
+
+  int target_db_ = 0;       // db selected on the target connection
+  bool transaction_ = false;
+  std::string unit_;        // the unit's commands so far
+  size_t unit_cmds_ = 0;
+  std::string entry_;       // the current entry's commands
+  size_t entry_cmds_ = 0;
+  std::string select_;      // SELECT emitted for the current entry (before its MULTI)
+  size_t select_cmds_ = 0;
+  std::string key_scratch_;
+};
+
+}  // namespace xdcr::target

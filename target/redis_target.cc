@@ -1,0 +1,149 @@
+#include "target/redis_target.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace xdcr::target {
+namespace {
+
+constexpr auto kConnectTimeout = std::chrono::seconds(10);
+
+/** Errors that mean "this write did not happen, and may succeed later". */
+bool isAvailabilityError(std::string_view kind) {
+  for (std::string_view k : {"OOM", "READONLY", "LOADING", "NOAUTH", "NOPERM", "MISCONF",
+                             "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"}) {
+    if (kind == k) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+RedisTarget::RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster,
+                         std::string label, PipelineStats& stats)
+    : cluster_(cluster),
+      conn_(ex, std::move(label)),
+      stats_(stats),
+      writer_wake_(ex),
+      progress_(ex) {}
+
+net::awaitable<Status> RedisTarget::connect() {
+  if (auto r = co_await conn_.connect(cluster_.host, cluster_.port, kConnectTimeout); !r) {
+    co_return r;
+  }
+  if (cluster_.password.present()) {
+    if (auto r = co_await conn_.auth(cluster_.username, cluster_.password.value, kConnectTimeout);
+        !r) {
+      co_return r;
+    }
+  }
+  std::vector<std::string_view> ping{"PING"};
+  auto r = co_await conn_.call(ping, kConnectTimeout);
+  if (!r) co_return fail(r.error());
+  if (r->has_error) {
+    co_return fail(Error::auth(fmt::format("{}: PING refused: {}; check the cluster's username "
+                                           "and password",
+                                           conn_.label(), r->text)));
+  }
+  co_return Status{};
+}
+
+void RedisTarget::commit(size_t commands, uint64_t source_offset) {
+  if (commands > 0) {
+    if (sent_seq_ == replied_seq_) last_reply_ = std::chrono::steady_clock::now();
+    sent_seq_ += commands;
+    writer_wake_.notify();
+  }
+  if (sent_seq_ == replied_seq_) {
+    // Nothing in flight: entries without target commands (ping, filtered keys) are applied now.
+    acked_offset_ = source_offset;
+    return;
+  }
+  if (!marks_.empty() && marks_.back().seq == sent_seq_) {
+    marks_.back().offset = source_offset;
+  } else {
+    marks_.push_back(Mark{sent_seq_, source_offset});
+  }
+}
+
+void RedisTarget::resetOffset(uint64_t source_offset) {
+  marks_.clear();
+  acked_offset_ = source_offset;
+}
+
+net::awaitable<Status> RedisTarget::runWriter() {
+  for (;;) {
+    while (pending_.empty()) {
+      if (closing_) co_return Status{};
+      co_await writer_wake_.wait();
+    }
+    // Double buffering: the applier keeps appending to pending_ while writing_ is on the wire.
+    std::swap(pending_, writing_);
+    auto r = co_await conn_.writeAll(writing_);
+    if (!r) co_return r;
+    writing_.clear();
+    if (writing_.capacity() > (64u << 20)) writing_.shrink_to_fit();
+  }
+}
+
+net::awaitable<Status> RedisTarget::runReader() {
+  resp::ReplyInfo info;
+  for (;;) {
+    auto& buf = conn_.buffer();
+    bool progressed = false;
+    for (;;) {
+      auto pr = resp::parseReply(buf.data(), info);
+      if (pr.status == resp::ParseStatus::NeedMore) break;
+      if (pr.status == resp::ParseStatus::Error) {
+        co_return fail(Error::protocol(fmt::format("{}: malformed reply: {}", conn_.label(),
+                                                   pr.error)));
+      }
+      buf.consume(pr.consumed);
+      if (replied_seq_ == sent_seq_) {
+        co_return fail(Error::protocol(fmt::format("{}: unexpected reply \"{}\"", conn_.label(),
+                                                   info.text)));
+      }
+      if (info.has_error) {
+        if (auto s = onReplyError(info.text); !s) co_return s;
+      }
+      ++replied_seq_;
+      progressed = true;
+      while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
+        acked_offset_ = marks_.front().offset;
+        marks_.pop_front();
+      }
+    }
+    if (progressed) {
+      last_reply_ = std::chrono::steady_clock::now();
+      progress_.notify();
+    }
+    auto r = co_await conn_.readSome();
+    if (!r) co_return fail(r.error());
+  }
+}
+
+Status RedisTarget::onReplyError(const std::string& text) {
+  std::string kind = text.substr(0, text.find(' '));
+  ++stats_.target_errors;
+  ++errors_by_kind_[kind];
+  if (isAvailabilityError(kind)) {
+    // Not acknowledged: the session ends here and the write is sent again after reconnecting.
+    return fail(Error::refused(fmt::format("{}: target refused a write: {}; will retry from the "
+                                           "last acknowledged offset",
+                                           conn_.label(), text)));
+  }
+  uint64_t suppressed = 0;
+  if (error_log_.allow(suppressed)) {
+    spdlog::warn("{}: target error: {} (counted in xdcr_target_errors_total{{kind=\"{}\"}}){}",
+                 conn_.label(), text, kind,
+                 suppressed ? fmt::format("; {} more suppressed", suppressed) : "");
+  }
+  return Status{};
+}
+
+double RedisTarget::stalledSeconds() const {
+  if (sent_seq_ == replied_seq_) return 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_reply_).count();
+}
+
+}  // namespace xdcr::target

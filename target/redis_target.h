@@ -1,0 +1,99 @@
+#pragma once
+// The target writer: one pipelined connection per target. The applier appends RESP commands to
+// pending(); the writer coroutine sends them in batches while the reader coroutine counts the
+// replies. Each source offset is marked after the commands it produced, so that
+// ackedOffset() — the offset up to which every command has been answered by the target — is
+// exactly what a checkpoint may cover (never anything the target has not acknowledged).
+//
+// Reply errors:
+//  - data errors (WRONGTYPE, no such key, BUSYKEY, ...) mean the target's copy diverged from the
+//    source; re-sending would not help. They are counted by kind, logged (rate-limited), and the
+//    stream goes on.
+//  - availability errors (OOM, READONLY, LOADING, NOAUTH, NOPERM, MISCONF, ...) mean the write did
+//    not happen: the session fails WITHOUT acknowledging it, and resumes from the last
+//    acknowledged offset after a reconnect.
+//
+// Not thread-safe; one strand.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/notify.h"
+#include "common/redis_conn.h"
+#include "common/stats.h"
+#include "config/config.h"
+
+namespace xdcr::target {
+
+class RedisTarget {
+ public:
+  RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
+              PipelineStats& stats);
+
+  /** Connects, authenticates and checks the target answers PING. */
+  net::awaitable<Status> connect();
+
+  /** Where the applier appends commands. Call commit() after appending. */
+  std::string& pending() { return pending_; }
+  /**
+   * Records that `commands` more commands were appended, and that once they (and all before them)
+   * are answered, the source is applied up to `source_offset`.
+   */
+  void commit(size_t commands, uint64_t source_offset);
+  /** Sets the acknowledged offset with nothing in flight (after a handshake or a snapshot). */
+  void resetOffset(uint64_t source_offset);
+
+  /** Writer loop: sends pending commands until close() or an error. */
+  net::awaitable<Status> runWriter();
+  /** Reader loop: reads replies and advances ackedOffset(). */
+  net::awaitable<Status> runReader();
+
+  uint64_t ackedOffset() const { return acked_offset_; }
+  uint64_t inflightCommands() const { return sent_seq_ - replied_seq_; }
+  size_t pendingBytes() const { return pending_.size() + writing_.size(); }
+  bool drained() const { return sent_seq_ == replied_seq_ && pending_.empty(); }
+  /** Waits until ackedOffset() advances (or `d` passes). */
+  net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) {
+    co_await progress_.waitFor(d);
+  }
+  /** Seconds since the last reply while commands were in flight (0 when idle). */
+  double stalledSeconds() const;
+  std::map<std::string, uint64_t> errorsByKind() const { return errors_by_kind_; }
+
+  void close() {
+    closing_ = true;
+    writer_wake_.notify();
+    conn_.close();
+  }
+
+ private:
+  Status onReplyError(const std::string& text);
+
+  const config::ClusterConfig& cluster_;
+  RedisConnection conn_;
+  PipelineStats& stats_;
+  std::string pending_;
+  std::string writing_;
+  uint64_t sent_seq_ = 0;     // commands appended
+  uint64_t replied_seq_ = 0;  // replies received
+  struct Mark {
+    uint64_t seq;     // the mark is reached when replied_seq_ >= seq
+    uint64_t offset;  // source offset applied at that point
+  };
+  std::deque<Mark> marks_;
+  uint64_t acked_offset_ = 0;
+  Notify writer_wake_;
+  Notify progress_;
+  bool closing_ = false;
+  std::chrono::steady_clock::time_point last_reply_{};
+  std::map<std::string, uint64_t> errors_by_kind_;
+  LogRateLimiter error_log_;
+};
+
+}  // namespace xdcr::target
