@@ -1,0 +1,101 @@
+// Decoding stream entries (as Redis 7.0 propagates them) into events.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "source/event.h"
+
+namespace xdcr::source {
+namespace {
+
+struct Cmd {
+  std::vector<std::string> storage;
+  std::vector<std::string_view> views;
+  Entry entry;
+  explicit Cmd(std::vector<std::string> a) : storage(std::move(a)) {
+    for (auto& s : storage) views.emplace_back(s);
+    entry.args = views;
+    entry.offset_end = 100;
+  }
+};
+
+constexpr int64_t kNow = 1'000'000'000'000;
+
+Change decode(const Cmd& c, int db = 0) {
+  Change ch;
+  std::string problem;
+  decodeEntry(c.entry, db, kNow, ch, &problem);
+  return ch;
+}
+
+TEST(Decode, SetForms) {
+  auto ch = decode(Cmd({"SET", "k", "v", "PXAT", "1000000030000"}));
+  ASSERT_EQ(ch.events.size(), 1u);
+  EXPECT_EQ(ch.effect, Effect::Set);
+  EXPECT_EQ(ch.events[0].kind, EventKind::Mutation);
+  EXPECT_EQ(ch.events[0].rule, DeadlineRule::Explicit);
+  EXPECT_EQ(ch.events[0].deadline_ms, 1'000'000'030'000);
+  EXPECT_EQ(decode(Cmd({"set", "k", "v"})).events[0].rule, DeadlineRule::None);
+  EXPECT_EQ(decode(Cmd({"SET", "k", "v", "KEEPTTL"})).events[0].rule, DeadlineRule::Keep);
+  EXPECT_EQ(decode(Cmd({"SET", "k", "v", "XX"})).events[0].rule, DeadlineRule::None);
+  // Relative forms from older sources become absolute on the source's clock.
+  EXPECT_EQ(decode(Cmd({"SET", "k", "v", "EX", "10"})).events[0].deadline_ms, kNow + 10'000);
+  EXPECT_EQ(decode(Cmd({"SET", "k", "v", "PX", "5"})).events[0].deadline_ms, kNow + 5);
+}
+
+TEST(Decode, MultiKeyCommandsGiveOneEventPerKey) {
+  auto ch = decode(Cmd({"MSET", "a", "1", "b", "2", "c", "3"}));
+  ASSERT_EQ(ch.events.size(), 3u);
+  EXPECT_EQ(ch.events[1].key, "b");
+  EXPECT_EQ(ch.events[1].key_arg, 3);
+  auto del = decode(Cmd({"DEL", "a", "b"}), 4);
+  ASSERT_EQ(del.events.size(), 2u);
+  EXPECT_EQ(del.events[0].kind, EventKind::Deletion);
+  EXPECT_EQ(del.events[1].db, 4);
+}
+
+TEST(Decode, ExpiryChangesAndMoves) {
+  auto pe = decode(Cmd({"PEXPIREAT", "k", "1000000050000", "LT"}));
+  EXPECT_EQ(pe.events[0].kind, EventKind::ExpiryChange);
+  EXPECT_EQ(pe.events[0].deadline_ms, 1'000'000'050'000);
+  EXPECT_EQ(decode(Cmd({"PERSIST", "k"})).events[0].rule, DeadlineRule::None);
+  auto hs = decode(Cmd({"HSET", "h", "f", "v"}));
+  EXPECT_EQ(hs.events[0].rule, DeadlineRule::Current);
+  auto rn = decode(Cmd({"RENAME", "a", "b"}));
+  EXPECT_EQ(rn.events[0].key, "b");
+  EXPECT_EQ(rn.events[0].from_key, "a");
+  auto cp = decode(Cmd({"COPY", "a", "b", "DB", "5", "REPLACE"}));
+  EXPECT_EQ(cp.events[0].db, 5);
+  EXPECT_EQ(cp.events[0].from_db, 0);
+  auto rs = decode(Cmd({"RESTORE", "k", "1000000009000", "payload", "ABSTTL"}));
+  EXPECT_EQ(rs.events[0].deadline_ms, 1'000'000'009'000);
+  auto rel = decode(Cmd({"RESTORE", "k", "5000", "payload"}));
+  EXPECT_EQ(rel.events[0].deadline_ms, kNow + 5000);
+}
+
+TEST(Decode, FramingAndUnknownCommands) {
+  EXPECT_TRUE(decode(Cmd({"SELECT", "3"})).events.empty());
+  EXPECT_TRUE(decode(Cmd({"MULTI"})).events.empty());
+  EXPECT_TRUE(decode(Cmd({"ping"})).events.empty());
+  auto u = decode(Cmd({"FUNCTION", "LOAD", "REPLACE", "code"}));
+  EXPECT_EQ(u.effect, Effect::Unknown);
+  ASSERT_EQ(u.events.size(), 1u);
+  EXPECT_EQ(u.events[0].kind, EventKind::Other);
+  EXPECT_EQ(decode(Cmd({"FLUSHALL", "ASYNC"})).events[0].kind, EventKind::Flush);
+}
+
+TEST(Decode, MalformedCommandsAreForwardedAsUnknown) {
+  Change ch;
+  std::string problem;
+  Cmd c({"PEXPIREAT", "k", "soon"});
+  EXPECT_FALSE(decodeEntry(c.entry, 0, kNow, ch, &problem));
+  EXPECT_EQ(ch.effect, Effect::Unknown);
+  EXPECT_FALSE(problem.empty());
+  Cmd missing({"SET"});
+  EXPECT_FALSE(decodeEntry(missing.entry, 0, kNow, ch, &problem));
+}
+
+}  // namespace
+}  // namespace xdcr::source

@@ -1,0 +1,151 @@
+// RESP parsing: every command and reply, split at every byte boundary, parses to the same result
+// as in one piece; malformed and over-limit input is an error, never a crash or an allocation.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/resp.h"
+
+namespace xdcr::resp {
+namespace {
+
+std::vector<std::string> args(std::string_view data, const std::vector<ArgSpan>& spans) {
+  std::vector<std::string> out;
+  for (auto s : spans) out.emplace_back(data.substr(s.pos, s.len));
+  return out;
+}
+
+/** Parses a buffer holding several commands fed in two pieces split at `split`. */
+std::vector<std::vector<std::string>> parseSplit(const std::string& stream, size_t split,
+                                                 std::vector<size_t>* ends) {
+  std::vector<std::vector<std::string>> out;
+  std::string buf;
+  size_t fed = 0, consumed_total = 0;
+  std::vector<ArgSpan> spans;
+  auto feed = [&](size_t upto) {
+    buf.append(stream, fed, upto - fed);
+    fed = upto;
+    for (;;) {
+      auto r = parseCommand(buf, spans);
+      if (r.status == ParseStatus::NeedMore) break;
+      EXPECT_EQ(r.status, ParseStatus::Complete) << r.error;
+      if (r.status != ParseStatus::Complete) return;
+      out.push_back(args(buf, spans));
+      consumed_total += r.consumed;
+      if (ends) ends->push_back(consumed_total);
+      buf.erase(0, r.consumed);
+    }
+  };
+  feed(split);
+  feed(stream.size());
+  EXPECT_TRUE(buf.empty());
+  return out;
+}
+
+TEST(RespCommand, EverySplitPointGivesTheSameCommandsAndOffsets) {
+  std::string stream;
+  appendCommand(stream, {"SELECT", "0"});
+  appendCommand(stream, {"SET", "k", "v", "PXAT", "1795280049645"});
+  appendCommand(stream, {"SET", "bin", std::string_view("a\r\nb\0c", 6)});  // CRLF and NUL inside
+  appendCommand(stream, {"HSET", "h", "", "x"});                              // empty argument
+  appendCommand(stream, {"ping"});
+  std::vector<size_t> ref_ends;
+  auto ref = parseSplit(stream, stream.size(), &ref_ends);
+  ASSERT_EQ(ref.size(), 5u);
+  EXPECT_EQ(ref[1], (std::vector<std::string>{"SET", "k", "v", "PXAT", "1795280049645"}));
+  EXPECT_EQ(ref[2][2], std::string("a\r\nb\0c", 6));
+  EXPECT_EQ(ref[3][2], "");
+  EXPECT_EQ(ref_ends.back(), stream.size());  // offsets count every byte
+  for (size_t split = 0; split <= stream.size(); ++split) {
+    std::vector<size_t> ends;
+    EXPECT_EQ(parseSplit(stream, split, &ends), ref) << "split at " << split;
+    EXPECT_EQ(ends, ref_ends) << "split at " << split;
+  }
+}
+
+TEST(RespCommand, NeedMoreReportsTheBytesAValueNeeds) {
+  std::string s = "*2\r\n$3\r\nGET\r\n$10\r\n0123";
+  std::vector<ArgSpan> spans;
+  auto r = parseCommand(s, spans);
+  EXPECT_EQ(r.status, ParseStatus::NeedMore);
+  EXPECT_EQ(r.need, s.size() - 4 + 10 + 2);
+}
+
+TEST(RespCommand, MalformedInputIsAnErrorWithItsPosition) {
+  std::vector<ArgSpan> spans;
+  for (std::string bad : {"+OK\r\n", "*x\r\n", "*0\r\n", "*-1\r\n", "*1\r\n:5\r\n",
+                          "*1\r\n$-1\r\n", "*1\r\n$3\r\nabcXY", "*1\n", "*99999999999\r\n",
+                          "*1\r\n$999999999999\r\n"}) {
+    auto r = parseCommand(bad, spans);
+    EXPECT_EQ(r.status, ParseStatus::Error) << bad;
+    EXPECT_NE(r.error.find("at byte"), std::string::npos) << r.error;
+  }
+}
+
+TEST(RespCommand, AHeaderLineWithoutEndIsBoundedNotBuffered) {
+  std::string s = "*" + std::string(kMaxLineLength + 10, '1');
+  std::vector<ArgSpan> spans;
+  EXPECT_EQ(parseCommand(s, spans).status, ParseStatus::Error);
+}
+
+TEST(RespReply, EveryTypeAndEverySplitPoint) {
+  const std::string replies =
+      "+OK\r\n-ERR no such key\r\n:42\r\n$5\r\nhello\r\n$-1\r\n*-1\r\n"
+      "*3\r\n+QUEUED\r\n*2\r\n:1\r\n-WRONGTYPE bad\r\n$0\r\n\r\n";
+  std::vector<ReplyType> want = {ReplyType::SimpleString, ReplyType::Error, ReplyType::Integer,
+                                 ReplyType::Bulk,         ReplyType::Null,  ReplyType::Null,
+                                 ReplyType::Array};
+  for (size_t split = 0; split <= replies.size(); ++split) {
+    std::string buf = replies.substr(0, split);
+    size_t fed = split;
+    std::vector<ReplyInfo> got;
+    for (int guard = 0; guard < 100; ++guard) {
+      ReplyInfo info;
+      auto r = parseReply(buf, info);
+      if (r.status == ParseStatus::Complete) {
+        got.push_back(info);
+        buf.erase(0, r.consumed);
+        continue;
+      }
+      ASSERT_EQ(r.status, ParseStatus::NeedMore) << r.error;
+      if (fed == replies.size()) break;
+      buf += replies.substr(fed);
+      fed = replies.size();
+    }
+    ASSERT_EQ(got.size(), want.size()) << "split " << split;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].type, want[i]) << i;
+    EXPECT_EQ(got[0].text, "OK");
+    EXPECT_TRUE(got[1].has_error);
+    EXPECT_EQ(got[1].text, "ERR no such key");
+    EXPECT_EQ(got[2].integer, 42);
+    EXPECT_EQ(got[3].text, "hello");
+    EXPECT_FALSE(got[4].has_error);
+    // An EXEC result with an error inside is flagged, with the first error's text.
+    EXPECT_TRUE(got[6].has_error);
+    EXPECT_EQ(got[6].text, "WRONGTYPE bad");
+  }
+}
+
+TEST(RespReply, HostileNestingIsRejected) {
+  std::string s;
+  for (int i = 0; i < 100; ++i) s += "*1\r\n";
+  s += ":1\r\n";
+  ReplyInfo info;
+  EXPECT_EQ(parseReply(s, info).status, ParseStatus::Error);
+}
+
+TEST(RespWrite, AppendProducesParseableCommands) {
+  std::string out;
+  appendArrayHeader(out, 3);
+  appendBulk(out, "PEXPIREAT");
+  appendBulk(out, "k");
+  appendBulkInt(out, -1795280049645);
+  EXPECT_EQ(out, "*3\r\n$9\r\nPEXPIREAT\r\n$1\r\nk\r\n$14\r\n-1795280049645\r\n");
+  EXPECT_TRUE(iequals("PeXpIrEaT", "pexpireat"));
+  EXPECT_FALSE(iequals("SET", "SETX"));
+}
+
+}  // namespace
+}  // namespace xdcr::resp

@@ -1,0 +1,278 @@
+// The test vectors of expiry-semantics.md §9 through the real filter stage and applier on a
+// simulated clock: stream entries in, the exact target commands out.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clock/clock.h"
+#include "common/resp.h"
+#include "filters/stream_filter.h"
+#include "target/applier.h"
+
+namespace xdcr::target {
+namespace {
+
+using Cmds = std::vector<std::vector<std::string>>;
+constexpr int64_t kNow = 1'000'000'000'000;
+constexpr int64_t S = 1000;
+
+std::string n(int64_t v) { return std::to_string(v); }
+
+class Chain {
+ public:
+  config::PipelineConfig pipe;
+  std::vector<config::BucketConfig> buckets;
+  clock::SimulatedClock clock{kNow};
+  clock::ClusterClock src{clock}, dst{clock};
+  filters::ExpiryIndex index;
+  PipelineStats stats;
+
+  void maxTtl(int64_t bucket_s, int64_t coll_s, const std::string& glob = "k*", int db = 0) {
+    config::BucketConfig b;
+    b.db = db;
+    b.max_ttl = std::chrono::seconds(bucket_s);
+    b.collections.push_back({"c", glob, std::chrono::seconds(coll_s), {}});
+    buckets.push_back(b);
+  }
+
+  /** Feeds one unit; returns the target commands it produced. */
+  Cmds feed(const Cmds& unit, bool transaction = false) {
+    build();
+    std::vector<std::vector<std::string_view>> views(unit.size());
+    std::vector<source::Entry> entries(unit.size());
+    for (size_t i = 0; i < unit.size(); ++i) {
+      for (const auto& a : unit[i]) views[i].emplace_back(a);
+      entries[i].args = views[i];
+      entries[i].offset_end = i + 1;
+    }
+    applier_->beginUnit(transaction);
+    source::Change change;
+    for (const auto& e : entries) {
+      filter_->process(e, change);
+      applier_->apply(change);
+    }
+    std::string out;
+    size_t count = applier_->finishUnit(out);
+    Cmds cmds;
+    std::vector<resp::ArgSpan> spans;
+    std::string_view rest = out;
+    while (!rest.empty()) {
+      auto r = resp::parseCommand(rest, spans);
+      EXPECT_EQ(r.status, resp::ParseStatus::Complete) << r.error;
+      if (r.status != resp::ParseStatus::Complete) break;
+      std::vector<std::string> c;
+      for (auto s : spans) c.emplace_back(rest.substr(s.pos, s.len));
+      cmds.push_back(c);
+      rest.remove_prefix(r.consumed);
+    }
+    EXPECT_EQ(count, cmds.size());
+    return cmds;
+  }
+  Cmds feed1(std::vector<std::string> cmd) { return feed({std::move(cmd)}); }
+  void compensate(int64_t delta) {
+    build();
+    applier_->setCompensationMs(delta);
+  }
+
+ private:
+  void build() {
+    if (applier_) return;
+    policy_ = std::make_unique<MaxTtlPolicy>(buckets);
+    rewriter_ = std::make_unique<filters::KeyRewriter>(pipe.key_rewrite);
+    filter_ = std::make_unique<filters::StreamFilter>(pipe, index, src, stats);
+    applier_ = std::make_unique<Applier>(*policy_, *rewriter_, *filter_, dst, stats);
+  }
+  std::unique_ptr<MaxTtlPolicy> policy_;
+  std::unique_ptr<filters::KeyRewriter> rewriter_;
+  std::unique_ptr<filters::StreamFilter> filter_;
+  std::unique_ptr<Applier> applier_;
+};
+
+TEST(Vectors, V1to9_SetWithBucketAndCollectionMaxTtl) {
+  struct V {
+    int id;
+    int64_t bucket_s, coll_s;
+    int64_t e_rel_s;  // -1 = no TTL in the SET
+    int64_t want_rel_s;  // -1 = no deadline expected
+  } vs[] = {{1, 0, 0, -1, -1},     {2, 600, 0, -1, 600},   {3, 600, 60, -1, 60},
+            {4, 600, 60, 30, 30},  {5, 600, 60, 300, 60},  {6, 600, 0, 300, 300},
+            {7, 600, 0, 900, 600}, {8, 0, 1000, 900, 900}, {9, 60, 1000, 900, 900}};
+  for (const auto& v : vs) {
+    Chain c;
+    c.maxTtl(v.bucket_s, v.coll_s);
+    std::vector<std::string> set = {"SET", "k", "v"};
+    if (v.e_rel_s >= 0) set.insert(set.end(), {"PXAT", n(kNow + v.e_rel_s * S)});
+    Cmds want = {v.want_rel_s < 0
+                     ? std::vector<std::string>{"SET", "k", "v"}
+                     : std::vector<std::string>{"SET", "k", "v", "PXAT", n(kNow + v.want_rel_s * S)}};
+    EXPECT_EQ(c.feed1(set), want) << "vector " << v.id;
+  }
+}
+
+TEST(Vectors, V10_11_StripTtl) {
+  Chain c10;
+  c10.pipe.filters.strip_ttl = true;
+  EXPECT_EQ(c10.feed1({"SET", "k", "v", "PXAT", n(kNow + 300 * S)}), (Cmds{{"SET", "k", "v"}}));
+  EXPECT_EQ(c10.stats.expiry_stripped, 1u);
+  Chain c11;
+  c11.pipe.filters.strip_ttl = true;
+  c11.maxTtl(600, 0);
+  EXPECT_EQ(c11.feed1({"SET", "k", "v", "PXAT", n(kNow + 300 * S)}),
+            (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 600 * S)}}));
+}
+
+TEST(Vectors, V12_14_ExpiryChanges) {
+  Chain c12;
+  EXPECT_EQ(c12.feed1({"PEXPIREAT", "k", n(kNow + 50 * S)}),
+            (Cmds{{"PEXPIREAT", "k", n(kNow + 50 * S)}}));
+  // The flag is dropped: the source only propagates flags that took effect.
+  EXPECT_EQ(c12.feed1({"PEXPIREAT", "k", n(kNow + 40 * S), "LT"}),
+            (Cmds{{"PEXPIREAT", "k", n(kNow + 40 * S)}}));
+  Chain c13;
+  c13.maxTtl(0, 60);
+  EXPECT_EQ(c13.feed1({"PERSIST", "k"}), (Cmds{{"PEXPIREAT", "k", n(kNow + 60 * S)}}));
+  Chain c14;
+  EXPECT_EQ(c14.feed1({"PERSIST", "k"}), (Cmds{{"PERSIST", "k"}}));
+}
+
+TEST(Vectors, V15_16_InPlaceWritesExtendUpToMaxTtl) {
+  Chain c;
+  c.maxTtl(0, 60);
+  c.feed1({"SET", "k", "v", "PXAT", n(kNow + 500 * S)});  // source deadline now+500s
+  EXPECT_EQ(c.feed1({"HSET", "k", "f", "v"}),
+            (Cmds{{"MULTI"}, {"HSET", "k", "f", "v"}, {"PEXPIREAT", "k", n(kNow + 60 * S)}, {"EXEC"}}));
+  Chain c16;
+  c16.maxTtl(0, 60);
+  c16.feed1({"HSET", "k", "f", "v"});
+  c16.clock.advance(10 * S);
+  EXPECT_EQ(c16.feed1({"HSET", "k", "f", "w"}),
+            (Cmds{{"MULTI"}, {"HSET", "k", "f", "w"}, {"PEXPIREAT", "k", n(kNow + 70 * S)}, {"EXEC"}}));
+  // M == 0: forwarded alone, the target's deadline untouched.
+  Chain c0;
+  EXPECT_EQ(c0.feed1({"INCR", "k"}), (Cmds{{"INCR", "k"}}));
+}
+
+TEST(Vectors, V17_ExpiredOnArrivalIsNeverWritten) {
+  Chain c;
+  EXPECT_EQ(c.feed1({"SET", "k", "v", "PXAT", n(kNow - 1 * S)}), (Cmds{{"DEL", "k"}}));
+  EXPECT_EQ(c.stats.expired_on_arrival, 1u);
+}
+
+TEST(Vectors, V18_KeepTtlPreservesTheTargetDeadline) {
+  Chain c;
+  c.maxTtl(0, 60);
+  EXPECT_EQ(c.feed1({"SET", "k", "v", "KEEPTTL"}), (Cmds{{"SET", "k", "v", "KEEPTTL"}}));
+}
+
+TEST(Vectors, V19_21_DeletionFilters) {
+  Chain c19;
+  c19.pipe.filters.drop_expirations = true;
+  c19.feed1({"SET", "k", "v", "PXAT", n(kNow - 5)});
+  EXPECT_EQ(c19.feed1({"DEL", "k"}), Cmds{});
+  EXPECT_EQ(c19.stats.source_events[idx(EventKind::Expiration)], 1u);
+  EXPECT_EQ(c19.stats.filtered[idx(FilterReason::Expiration)], 1u);
+
+  Chain c20;
+  c20.pipe.filters.drop_expirations = true;
+  c20.feed1({"SET", "k", "v", "PXAT", n(kNow + 10 * S)});
+  EXPECT_EQ(c20.feed1({"DEL", "k"}), (Cmds{{"DEL", "k"}}));
+  EXPECT_EQ(c20.stats.source_events[idx(EventKind::Deletion)], 1u);
+
+  Chain c21;
+  c21.pipe.filters.drop_deletions = true;
+  EXPECT_EQ(c21.feed1({"UNLINK", "k"}), Cmds{});
+  EXPECT_EQ(c21.stats.filtered[idx(FilterReason::Deletion)], 1u);
+}
+
+TEST(Vectors, V22_MultiKeyDelClassifiedKeyByKey) {
+  Chain c;
+  c.pipe.filters.drop_expirations = true;
+  c.feed1({"SET", "a", "v", "PXAT", n(kNow - 5)});
+  c.feed1({"SET", "b", "v"});
+  EXPECT_EQ(c.feed({{"MULTI"}, {"DEL", "a"}, {"DEL", "a", "b"}, {"EXEC"}}, true),
+            (Cmds{{"MULTI"}, {"DEL", "b"}, {"EXEC"}}));
+  // Without the filter the expiry is replicated once, the tombstoned key not again.
+  Chain d;
+  d.feed1({"SET", "a", "v", "PXAT", n(kNow - 5)});
+  EXPECT_EQ(d.feed({{"MULTI"}, {"DEL", "a"}, {"DEL", "a", "b"}, {"EXEC"}}, true),
+            (Cmds{{"MULTI"}, {"DEL", "a"}, {"DEL", "b"}, {"EXEC"}}));
+}
+
+TEST(Vectors, V23_FlushIsNotReplicatedByDefault) {
+  Chain c;
+  EXPECT_EQ(c.feed1({"FLUSHALL"}), Cmds{});
+  EXPECT_EQ(c.stats.filtered[idx(FilterReason::Flush)], 1u);
+  Chain r;
+  r.pipe.filters.replicate_flush = true;
+  EXPECT_EQ(r.feed1({"FLUSHALL"}), (Cmds{{"FLUSHALL"}}));
+}
+
+TEST(Vectors, V24_26_SkewCompensation) {
+  const int64_t s100 = kNow + 100 * S;
+  Chain c24;
+  c24.compensate(30 * S);
+  EXPECT_EQ(c24.feed1({"SET", "k", "v", "PXAT", n(s100)}),
+            (Cmds{{"SET", "k", "v", "PXAT", n(s100 + 30 * S)}}));
+  Chain c25;  // warn: unchanged
+  EXPECT_EQ(c25.feed1({"SET", "k", "v", "PXAT", n(s100)}),
+            (Cmds{{"SET", "k", "v", "PXAT", n(s100)}}));
+  Chain c26;
+  c26.maxTtl(0, 60);
+  c26.compensate(30 * S);
+  EXPECT_EQ(c26.feed1({"SET", "k", "v", "PXAT", n(s100)}),
+            (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 60 * S)}}));
+}
+
+TEST(Pipeline, DbMapKeyRewriteAndKeyFilters) {
+  Chain c;
+  c.pipe.dbs = {{1, 2}, {0, 0}};
+  c.pipe.key_rewrite = {{"sess:", "eu:sess:", {}}};
+  c.pipe.filters.exclude_keys.push_back({"^tmp:", {}});
+  c.maxTtl(0, 60, "eu:sess:*", 2);  // the target's collection is on the rewritten key
+  EXPECT_EQ(c.feed1({"SELECT", "1"}), Cmds{});
+  EXPECT_EQ(c.feed1({"SET", "sess:1", "v"}),
+            (Cmds{{"SELECT", "2"}, {"SET", "eu:sess:1", "v", "PXAT", n(kNow + 60 * S)}}));
+  EXPECT_EQ(c.feed1({"SET", "tmp:1", "v"}), Cmds{});
+  EXPECT_EQ(c.stats.filtered[idx(FilterReason::Key)], 1u);
+  EXPECT_EQ(c.feed1({"SELECT", "5"}), Cmds{});
+  EXPECT_EQ(c.feed1({"SET", "x", "v"}), Cmds{});  // db 5 is not in the map
+  EXPECT_EQ(c.feed1({"SELECT", "0"}), Cmds{});
+  EXPECT_EQ(c.feed1({"MSET", "a", "1", "tmp:2", "2", "b", "3"}),
+            (Cmds{{"SELECT", "0"}, {"MULTI"}, {"SET", "a", "1"}, {"SET", "b", "3"}, {"EXEC"}}));
+}
+
+TEST(Pipeline, RenameGivesTheDestinationTheSourceDeadlineUnderItsOwnCollection) {
+  Chain c;
+  c.maxTtl(0, 60, "short:*");
+  c.feed1({"SET", "a", "v", "PXAT", n(kNow + 500 * S)});
+  EXPECT_EQ(c.feed1({"RENAME", "a", "short:b"}),
+            (Cmds{{"MULTI"}, {"RENAME", "a", "short:b"}, {"PEXPIREAT", "short:b", n(kNow + 60 * S)},
+                  {"EXEC"}}));
+  EXPECT_EQ(c.feed1({"RENAME", "short:b", "c"}),
+            (Cmds{{"MULTI"}, {"RENAME", "short:b", "c"}, {"PEXPIREAT", "c", n(kNow + 500 * S)},
+                  {"EXEC"}}));
+  EXPECT_EQ(c.index.get(0, "c").ms, kNow + 500 * S);
+  EXPECT_EQ(c.index.get(0, "a").state, filters::ExpiryIndex::State::None);
+}
+
+TEST(Pipeline, RestoreIsAbsoluteAndReplaces) {
+  Chain c;
+  c.maxTtl(0, 60);
+  EXPECT_EQ(c.feed1({"RESTORE", "k", n(kNow + 500 * S), "payload", "ABSTTL"}),
+            (Cmds{{"RESTORE", "k", n(kNow + 60 * S), "payload", "REPLACE", "ABSTTL"}}));
+  EXPECT_EQ(c.feed1({"RESTORE", "z", "0", "payload", "IDLETIME", "100"}),
+            (Cmds{{"RESTORE", "z", "0", "payload", "REPLACE", "IDLETIME", "100"}}));
+}
+
+TEST(Pipeline, UnknownCommandsAreForwardedAndCounted) {
+  Chain c;
+  EXPECT_EQ(c.feed1({"FUNCTION", "LOAD", "REPLACE", "code"}),
+            (Cmds{{"FUNCTION", "LOAD", "REPLACE", "code"}}));
+  EXPECT_EQ(c.stats.unknown_commands, 1u);
+}
+
+}  // namespace
+}  // namespace xdcr::target
