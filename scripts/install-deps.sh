@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages xdcr-agent needs to build, test and run its demo. Installs only
+# what is missing; needs root (or sudo). Safe to run again.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build ccache pkg-config git
+  # libraries (Debian's, never downloaded at build time)
+  libboost1.81-dev libyaml-cpp-dev libssl-dev libspdlog-dev libfmt-dev libcli11-dev
+  nlohmann-json3-dev libexpected-dev libre2-dev libxxhash-dev
+  # tests
+  googletest libgtest-dev libgmock-dev
+  # the clusters the tests and the demo run on
+  redis-server redis-tools
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
