@@ -1,0 +1,1119 @@
+// Structural pass of the config loader: walks the YAML tree once, section by section, turning
+// every node into the typed structs of config.h and reporting every problem it can see locally
+// (types, ranges, unknown and duplicate keys, missing required keys, secrets, regexes, buckets).
+// It never stops at the first problem: a bad value is reported and skipped, and the walk goes on,
+// so that `validate` can list every error in one run.
+//
+// Nodes are read with Scalar()/Type() only, never with as<>(), so yaml-cpp's conversion
+// exceptions cannot happen and each message can say exactly what was expected.
+//
+// Relative paths (agent.state_dir, TLS files, clock.nts_ca_file, {file: PATH} secrets) are
+// resolved against ParseContext::base_dir: the directory of the config file, or the current
+// directory for loadConfigString(). The agent may be started from anywhere (systemd, a test
+// harness); paths that follow the file keep one config valid regardless.
+
+#include <re2/re2.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "config/internal.h"
+
+namespace xdcr::config::internal {
+namespace {
+
+// Redis's `databases` is configurable (default 16), so 0..15 would reject valid setups; 1023 is
+// a sanity bound that still catches typos such as a port number written as a db.
+constexpr int64_t kMaxDb = 1023;
+constexpr uint16_t kDefaultRedisPort = 6379;
+constexpr uint16_t kDefaultNtpPort = 123;
+
+/** One `key: value` pair of a mapping, with positions. */
+struct Entry {
+  std::string key;
+  YAML::Node value;
+  Mark key_mark;
+  Mark value_mark;  // the key's position when the value is an implicit null
+};
+
+std::string describeNode(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "the value " + quote(node.Scalar());
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "undefined";
+}
+
+Mark valueMark(const YAML::Node& value, Mark key_mark) {
+  // yaml-cpp places an implicit null ("key:" with nothing after it) at the next token, often on
+  // a later line or at a closing "}"; the key is where the user has to look.
+  if (value.IsNull()) {
+    return key_mark;
+  }
+  return markOf(value);
+}
+
+/** The pairs of `map` in file order, duplicates included; non-scalar keys are reported. */
+std::vector<Entry> entriesOf(const YAML::Node& map, Diagnostics& diags) {
+  std::vector<Entry> entries;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    YAML::Node key = it->first;
+    YAML::Node value = it->second;
+    Mark key_mark = markOf(key);
+    if (!key.IsScalar()) {
+      diags.error(key_mark, "a key must be a plain name, not " + describeNode(key) +
+                                "; write each entry as name: value");
+      continue;
+    }
+    entries.push_back({key.Scalar(), value, key_mark, valueMark(value, key_mark)});
+  }
+  return entries;
+}
+
+/**
+ * A mapping with a fixed set of keys. Unknown and duplicate keys are reported on construction;
+ * the first occurrence of each known key is kept.
+ */
+class MapReader {
+ public:
+  MapReader(const YAML::Node& map, std::string where, std::vector<std::string> allowed,
+            Diagnostics& diags)
+      : mark_(markOf(map)), where_(std::move(where)) {
+    std::map<std::string, Mark> seen;
+    for (Entry& entry : entriesOf(map, diags)) {
+      bool known = false;
+      for (const auto& key : allowed) {
+        known = known || key == entry.key;
+      }
+      if (!known) {
+        had_unknown_ = true;
+        diags.error(entry.key_mark, unknownKeyMessage(entry.key, allowed));
+        continue;
+      }
+      auto [it, inserted] = seen.emplace(entry.key, entry.key_mark);
+      if (!inserted) {
+        diags.error(entry.key_mark, "duplicate key " + quote(entry.key) + " " + where_ +
+                                        " (first at line " + std::to_string(it->second.line) +
+                                        "); remove one of them");
+        continue;
+      }
+      entries_.push_back(std::move(entry));
+    }
+  }
+
+  /** The entry for `key`, even when its value is null; nullptr when absent. */
+  const Entry* find(std::string_view key) const {
+    for (const auto& entry : entries_) {
+      if (entry.key == key) {
+        return &entry;
+      }
+    }
+    return nullptr;
+  }
+
+  /** The entry for `key` when it has a value; an empty value counts as "not set". */
+  const Entry* get(std::string_view key) const {
+    const Entry* entry = find(key);
+    return entry != nullptr && !entry->value.IsNull() ? entry : nullptr;
+  }
+
+  /**
+   * The entry for a required key. Reports a missing key at this mapping (where it should be
+   * added) and an empty one at the key itself. `example` is a line to add, e.g. "name: p1".
+   */
+  const Entry* require(std::string_view key, std::string_view example, Diagnostics& diags) const {
+    const Entry* entry = find(key);
+    if (entry == nullptr) {
+      diags.error(mark_, "missing required key " + quote(key) + " " + where_ + "; add " +
+                             std::string(example));
+      return nullptr;
+    }
+    if (entry->value.IsNull()) {
+      diags.error(entry->value_mark, quote(key) + " has no value; write " + std::string(example));
+      return nullptr;
+    }
+    return entry;
+  }
+
+  Mark mark() const { return mark_; }
+  bool hadUnknown() const { return had_unknown_; }
+
+ private:
+  std::string unknownKeyMessage(const std::string& key, const std::vector<std::string>& allowed) {
+    if (key == "<<") {
+      return "YAML merge keys (\"<<\") are not supported " + where_ + "; write the keys out";
+    }
+    std::string message = "unknown key " + quote(key) + " " + where_;
+    if (auto suggestion = closestMatch(key, allowed)) {
+      return message + "; did you mean " + quote(*suggestion) + "?";
+    }
+    return message + "; valid keys are: " + joinNames(allowed);
+  }
+
+  Mark mark_;
+  std::string where_;
+  std::vector<Entry> entries_;
+  bool had_unknown_ = false;
+};
+
+// ---- Scalars ------------------------------------------------------------------------------
+
+bool expectMap(const YAML::Node& node, Mark mark, std::string_view label, Diagnostics& diags) {
+  if (node.IsMap()) {
+    return true;
+  }
+  diags.error(mark, std::string(label) + " must be a mapping of key: value pairs, not " +
+                        describeNode(node));
+  return false;
+}
+
+bool expectList(const Entry& entry, Diagnostics& diags) {
+  if (entry.value.IsSequence()) {
+    return true;
+  }
+  diags.error(entry.value_mark, entry.key + " must be a list, not " + describeNode(entry.value) +
+                                    "; write one \"- item\" per line or [item, ...]");
+  return false;
+}
+
+std::optional<std::string> readString(const YAML::Node& node, Mark mark, std::string_view label,
+                                      Diagnostics& diags) {
+  if (node.IsScalar()) {
+    return node.Scalar();
+  }
+  std::string message = std::string(label) + " must be a string, not " + describeNode(node);
+  if (node.IsSequence() || node.IsMap()) {
+    // `address: [::1]:6379` is a flow list to YAML; quoting is the fix.
+    message += "; quote the value if it starts with \"[\" or \"{\"";
+  }
+  diags.error(mark, message);
+  return std::nullopt;
+}
+
+std::optional<std::string> readString(const Entry& entry, Diagnostics& diags) {
+  return readString(entry.value, entry.value_mark, entry.key, diags);
+}
+
+/** A string that must not be empty (names, patterns, paths that are required). */
+std::optional<std::string> readNonEmpty(const Entry& entry, std::string_view what_to_do,
+                                        Diagnostics& diags) {
+  auto text = readString(entry, diags);
+  if (text && text->empty()) {
+    diags.error(entry.value_mark, quote(entry.key) + " is empty; " + std::string(what_to_do));
+    return std::nullopt;
+  }
+  return text;
+}
+
+std::optional<bool> readBool(const Entry& entry, Diagnostics& diags) {
+  if (!entry.value.IsScalar()) {
+    diags.error(entry.value_mark,
+                entry.key + " must be true or false, not " + describeNode(entry.value));
+    return std::nullopt;
+  }
+  const std::string& text = entry.value.Scalar();
+  // YAML 1.2 core schema booleans only: yes/no/on/off are YAML 1.1 and surprise people
+  // ("on_skew: no" vs "nts: no"), so they get a clear error instead of a guess.
+  if (text == "true" || text == "True" || text == "TRUE") {
+    return true;
+  }
+  if (text == "false" || text == "False" || text == "FALSE") {
+    return false;
+  }
+  diags.error(entry.value_mark,
+              "invalid value " + quote(text) + " for " + entry.key + ": use true or false");
+  return std::nullopt;
+}
+
+std::optional<int64_t> parseInteger(std::string_view text) {
+  if (!text.empty() && text.front() == '+') {
+    text.remove_prefix(1);
+  }
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+/** An integer scalar within [min, max]; `label` names it in messages ("db", "source db"). */
+std::optional<int64_t> readInt(const YAML::Node& node, Mark mark, std::string_view label,
+                               int64_t min, int64_t max, Diagnostics& diags) {
+  std::string range = "use an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  if (!node.IsScalar()) {
+    diags.error(
+        mark, std::string(label) + " must be an integer, not " + describeNode(node) + "; " + range);
+    return std::nullopt;
+  }
+  auto value = parseInteger(node.Scalar());
+  if (!value) {
+    diags.error(mark, "invalid " + std::string(label) + " " + quote(node.Scalar()) + ": " + range);
+    return std::nullopt;
+  }
+  if (*value < min || *value > max) {
+    diags.error(mark, std::string(label) + " " + node.Scalar() + " is out of range: " + range);
+    return std::nullopt;
+  }
+  return value;
+}
+
+enum class DurationRule { NonNegative, Positive };
+
+std::optional<Duration> readDuration(const Entry& entry, DurationRule rule, Diagnostics& diags) {
+  if (!entry.value.IsScalar()) {
+    diags.error(entry.value_mark,
+                entry.key + " must be a duration such as 30s, not " + describeNode(entry.value));
+    return std::nullopt;
+  }
+  const std::string& text = entry.value.Scalar();
+  if (!text.empty() && text.front() == '-' && parseDuration(text.substr(1))) {
+    if (entry.key == "max_ttl") {
+      diags.error(entry.value_mark, "max_ttl must not be negative (got " + quote(text) +
+                                        "); use 0 for no limit or a positive duration such "
+                                        "as 10m");
+    } else {
+      diags.error(entry.value_mark, entry.key + " must not be negative (got " + quote(text) +
+                                        "); use a positive duration such as 30s");
+    }
+    return std::nullopt;
+  }
+  auto duration = parseDuration(text);
+  if (!duration) {
+    diags.error(entry.value_mark, "invalid duration " + quote(text) + " for " + entry.key +
+                                      ": use an integer number of seconds or a number with ms, "
+                                      "s, m, h or d");
+    return std::nullopt;
+  }
+  if (rule == DurationRule::Positive && duration->count() == 0) {
+    diags.error(entry.value_mark, entry.key + " must be greater than 0 (got " + quote(text) +
+                                      "); use a positive duration such as 1s");
+    return std::nullopt;
+  }
+  return duration;
+}
+
+template <class T>
+std::optional<T> readEnum(const Entry& entry, const std::vector<std::pair<std::string, T>>& choices,
+                          Diagnostics& diags) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : choices) {
+    names.push_back(name);
+  }
+  if (!entry.value.IsScalar()) {
+    diags.error(entry.value_mark, entry.key + " must be one of " + joinNames(names) + ", not " +
+                                      describeNode(entry.value));
+    return std::nullopt;
+  }
+  const std::string& text = entry.value.Scalar();
+  for (const auto& [name, value] : choices) {
+    if (text == name) {
+      return value;
+    }
+  }
+  std::string message =
+      "invalid " + entry.key + " " + quote(text) + ": use one of " + joinNames(names);
+  if (auto suggestion = closestMatch(text, names)) {
+    message += " (did you mean " + quote(*suggestion) + "?)";
+  }
+  diags.error(entry.value_mark, message);
+  return std::nullopt;
+}
+
+std::string resolvePath(const ParseContext& ctx, const std::string& path) {
+  if (path.empty()) {
+    return path;
+  }
+  std::filesystem::path p(path);
+  if (p.is_absolute() || ctx.base_dir.empty()) {
+    return path;
+  }
+  return (ctx.base_dir / p).lexically_normal().string();
+}
+
+// ---- Addresses ----------------------------------------------------------------------------
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+/**
+ * Splits "host:port", "[v6]:port", or "host" / "[v6]" when `default_port` is given. On failure
+ * sets `why` to a reason that reads after "invalid address "X": ".
+ */
+std::optional<HostPort> splitHostPort(std::string_view text, std::optional<uint16_t> default_port,
+                                      std::string& why) {
+  if (text.empty()) {
+    why = "it is empty";
+    return std::nullopt;
+  }
+  if (text.find("://") != std::string_view::npos) {
+    why = "remove the scheme (such as \"redis://\")";
+    return std::nullopt;
+  }
+  for (char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/') {
+      why = "it contains whitespace or \"/\"";
+      return std::nullopt;
+    }
+  }
+  std::string_view host;
+  std::optional<std::string_view> port_text;
+  if (text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos) {
+      why = "\"]\" is missing after the IPv6 address";
+      return std::nullopt;
+    }
+    host = text.substr(1, close - 1);
+    std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') {
+        why = "unexpected text after \"]\"";
+        return std::nullopt;
+      }
+      port_text = rest.substr(1);
+    }
+  } else {
+    size_t colon = text.find(':');
+    if (colon != std::string_view::npos && text.find(':', colon + 1) != std::string_view::npos) {
+      why = "put an IPv6 address in brackets, e.g. \"[::1]:6379\"";
+      return std::nullopt;
+    }
+    host = text.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port_text = text.substr(colon + 1);
+    }
+  }
+  if (host.empty()) {
+    why = "the host is empty";
+    return std::nullopt;
+  }
+  HostPort result{std::string(host), 0};
+  if (!port_text) {
+    if (!default_port) {
+      why = "the port is missing";
+      return std::nullopt;
+    }
+    result.port = *default_port;
+    return result;
+  }
+  auto port = parseInteger(*port_text);
+  if (!port || port_text->front() == '+' || port_text->front() == '-') {
+    why = "port " + quote(*port_text) + " is not a number";
+    return std::nullopt;
+  }
+  if (*port < 1 || *port > 65535) {
+    why = "port " + std::string(*port_text) + " is out of range 1..65535";
+    return std::nullopt;
+  }
+  result.port = static_cast<uint16_t>(*port);
+  return result;
+}
+
+// ---- Secrets ------------------------------------------------------------------------------
+
+/** Reads a whole file; on failure returns nullopt and sets `why` from errno. */
+std::optional<std::string> readWholeFile(const std::string& path, std::string& why) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    why = std::strerror(errno);
+    return std::nullopt;
+  }
+  std::string text;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), file)) > 0) {
+    text.append(buf, n);
+  }
+  bool failed = std::ferror(file) != 0;
+  int saved_errno = errno;
+  std::fclose(file);
+  if (failed) {
+    why = std::strerror(saved_errno != 0 ? saved_errno : EIO);  // EISDIR for a directory
+    return std::nullopt;
+  }
+  return text;
+}
+
+// Messages here name the variable or file, never the value: they end up in logs.
+Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diags) {
+  Secret secret;
+  secret.mark = entry.value_mark;
+  const YAML::Node& node = entry.value;
+  if (node.IsScalar()) {
+    if (node.Scalar().empty()) {
+      diags.error(entry.value_mark, entry.key + " is empty; remove the key for no " + entry.key +
+                                        ", or use {env: NAME} or {file: PATH}");
+      return secret;
+    }
+    secret.kind = Secret::Kind::Plain;
+    secret.value = node.Scalar();
+    return secret;
+  }
+  if (!node.IsMap()) {
+    diags.error(
+        entry.value_mark,
+        entry.key + " must be a string, {env: NAME} or {file: PATH}, not " + describeNode(node));
+    return secret;
+  }
+  MapReader reader(node, "in " + entry.key, {"env", "file"}, diags);
+  const Entry* env = reader.find("env");
+  const Entry* file = reader.find("file");
+  if (env != nullptr && file != nullptr) {
+    diags.error(reader.mark(), entry.key + " takes either env or file, not both; keep one");
+    return secret;
+  }
+  if (env == nullptr && file == nullptr) {
+    if (!reader.hadUnknown()) {
+      diags.error(reader.mark(), entry.key +
+                                     " must be {env: NAME} or {file: PATH}; add one of "
+                                     "them");
+    }
+    return secret;
+  }
+  if (env != nullptr) {
+    auto name = readNonEmpty(*env, "name the environment variable that holds the secret", diags);
+    if (!name) {
+      return secret;
+    }
+    secret.kind = Secret::Kind::Env;
+    secret.ref = *name;
+    if (ctx.resolve_environment) {
+      const char* value = std::getenv(name->c_str());
+      if (value == nullptr) {
+        diags.error(env->value_mark, "environment variable " + quote(*name) +
+                                         " is not set; export it before starting the agent (or "
+                                         "check the file with validate --no-environment)");
+      } else {
+        secret.value = value;
+      }
+    }
+    return secret;
+  }
+  auto path = readNonEmpty(*file, "give the path of the file that holds the secret", diags);
+  if (!path) {
+    return secret;
+  }
+  secret.kind = Secret::Kind::File;
+  secret.ref = *path;
+  if (ctx.resolve_environment) {
+    std::string resolved = resolvePath(ctx, *path);
+    std::string why;
+    auto contents = readWholeFile(resolved, why);
+    if (!contents) {
+      std::string shown = quote(*path);
+      if (resolved != *path) {
+        shown += " (" + resolved + ")";
+      }
+      diags.error(file->value_mark, "cannot read " + entry.key + " file " + shown + ": " + why +
+                                        "; create it or fix the path");
+    } else {
+      // Editors and `echo` add a final newline that is never part of the password.
+      if (!contents->empty() && contents->back() == '\n') {
+        contents->pop_back();
+        if (!contents->empty() && contents->back() == '\r') {
+          contents->pop_back();
+        }
+      }
+      secret.value = std::move(*contents);
+    }
+  }
+  return secret;
+}
+
+// ---- Sections -----------------------------------------------------------------------------
+
+void parseAgent(const Entry& section, AgentConfig& agent, Diagnostics& diags) {
+  if (!expectMap(section.value, section.value_mark, "agent", diags)) {
+    return;
+  }
+  MapReader reader(section.value, "in agent",
+                   {"admin_listen", "state_dir", "log_level", "log_format"}, diags);
+  if (const Entry* e = reader.get("admin_listen")) {
+    if (auto text = readString(*e, diags)) {
+      std::string why;
+      if (splitHostPort(*text, std::nullopt, why)) {
+        agent.admin_listen = *text;
+      } else {
+        diags.error(e->value_mark, "invalid admin_listen " + quote(*text) + ": " + why +
+                                       "; use host:port, e.g. 127.0.0.1:9464");
+      }
+    }
+  }
+  if (const Entry* e = reader.get("state_dir")) {
+    if (auto text = readNonEmpty(*e, "give a directory, e.g. ./xdcr-state", diags)) {
+      agent.state_dir = *text;
+    }
+  }
+  if (const Entry* e = reader.get("log_level")) {
+    if (auto level = readEnum<LogLevel>(*e,
+                                        {{"trace", LogLevel::Trace},
+                                         {"debug", LogLevel::Debug},
+                                         {"info", LogLevel::Info},
+                                         {"warn", LogLevel::Warn},
+                                         {"error", LogLevel::Error}},
+                                        diags)) {
+      agent.log_level = *level;
+    }
+  }
+  if (const Entry* e = reader.get("log_format")) {
+    if (auto format = readEnum<LogFormat>(
+            *e, {{"text", LogFormat::Text}, {"json", LogFormat::Json}}, diags)) {
+      agent.log_format = *format;
+    }
+  }
+}
+
+void parseClock(const Entry& section, const ParseContext& ctx, ClockConfig& clock,
+                Diagnostics& diags) {
+  if (!expectMap(section.value, section.value_mark, "clock", diags)) {
+    return;
+  }
+  MapReader reader(section.value, "in clock",
+                   {"ntp_servers", "nts", "nts_ca_file", "check_interval", "max_skew", "on_skew"},
+                   diags);
+  if (const Entry* e = reader.get("ntp_servers"); e != nullptr && expectList(*e, diags)) {
+    for (const auto& item : e->value) {
+      Mark mark = markOf(item);
+      auto text = readString(item, mark, "an NTP server", diags);
+      if (!text) {
+        continue;
+      }
+      std::string why;
+      if (splitHostPort(*text, kDefaultNtpPort, why)) {
+        clock.ntp_servers.push_back(*text);
+      } else {
+        diags.error(mark, "invalid NTP server " + quote(*text) + ": " + why +
+                              "; use host or host:port, e.g. 127.0.0.1:123");
+      }
+    }
+  }
+  if (const Entry* e = reader.get("nts")) {
+    if (auto value = readBool(*e, diags)) {
+      clock.nts = *value;
+    }
+  }
+  if (const Entry* e = reader.get("nts_ca_file")) {
+    if (auto text = readString(*e, diags)) {
+      clock.nts_ca_file = resolvePath(ctx, *text);
+    }
+  }
+  if (const Entry* e = reader.get("check_interval")) {
+    if (auto d = readDuration(*e, DurationRule::Positive, diags)) {
+      clock.check_interval = *d;
+    }
+  }
+  if (const Entry* e = reader.get("max_skew")) {
+    if (auto d = readDuration(*e, DurationRule::NonNegative, diags)) {
+      clock.max_skew = *d;
+    }
+  }
+  if (const Entry* e = reader.get("on_skew")) {
+    if (auto action = readEnum<SkewAction>(*e,
+                                           {{"warn", SkewAction::Warn},
+                                            {"pause", SkewAction::Pause},
+                                            {"compensate", SkewAction::Compensate}},
+                                           diags)) {
+      clock.on_skew = *action;
+    }
+  }
+}
+
+std::optional<TlsConfig> parseTls(const Entry& section, const ParseContext& ctx,
+                                  Diagnostics& diags) {
+  if (!expectMap(section.value, section.value_mark, "tls", diags)) {
+    return std::nullopt;
+  }
+  TlsConfig tls;
+  MapReader reader(section.value, "in tls",
+                   {"ca_file", "cert_file", "key_file", "server_name", "verify"}, diags);
+  auto readPath = [&](const char* key, std::string& out) -> const Entry* {
+    const Entry* e = reader.get(key);
+    if (e != nullptr) {
+      if (auto text = readString(*e, diags)) {
+        out = resolvePath(ctx, *text);
+      }
+    }
+    return e;
+  };
+  readPath("ca_file", tls.ca_file);
+  const Entry* cert = readPath("cert_file", tls.cert_file);
+  const Entry* key = readPath("key_file", tls.key_file);
+  if (const Entry* e = reader.get("server_name")) {
+    if (auto text = readString(*e, diags)) {
+      tls.server_name = *text;
+    }
+  }
+  if (const Entry* e = reader.get("verify")) {
+    if (auto value = readBool(*e, diags)) {
+      tls.verify = *value;
+    }
+  }
+  // Existence of the files is a runtime matter (they may be mounted later); a half-configured
+  // client certificate is a mistake in the file itself.
+  if (!tls.cert_file.empty() && tls.key_file.empty()) {
+    diags.error(cert->value_mark,
+                "cert_file is set but key_file is not; a client certificate needs both: add "
+                "key_file or remove cert_file");
+  } else if (tls.cert_file.empty() && !tls.key_file.empty()) {
+    diags.error(key->value_mark,
+                "key_file is set but cert_file is not; a client certificate needs both: add "
+                "cert_file or remove key_file");
+  }
+  return tls;
+}
+
+/** true if every key matching `later` also matches `earlier`, for the cases that are cheap. */
+bool globCovers(const std::string& earlier, const std::string& later) {
+  if (earlier == later || earlier == "*") {
+    return true;
+  }
+  // "LITERAL*" covers every pattern whose literal prefix starts with LITERAL.
+  auto isMeta = [](char c) { return c == '*' || c == '?' || c == '[' || c == '\\'; };
+  if (earlier.size() < 2 || earlier.back() != '*') {
+    return false;
+  }
+  std::string_view prefix(earlier.data(), earlier.size() - 1);
+  for (char c : prefix) {
+    if (isMeta(c)) {
+      return false;
+    }
+  }
+  size_t literal = 0;
+  while (literal < later.size() && !isMeta(later[literal])) {
+    ++literal;
+  }
+  return std::string_view(later).substr(0, literal).starts_with(prefix);
+}
+
+void parseCollections(const Entry& section, BucketConfig& bucket, Diagnostics& diags) {
+  if (!expectList(section, diags)) {
+    return;
+  }
+  struct Seen {
+    std::string name;
+    std::string keys;
+    int line;
+  };
+  std::vector<Seen> seen;
+  for (const auto& item : section.value) {
+    Mark mark = markOf(item);
+    if (!expectMap(item, mark, "a collection", diags)) {
+      continue;
+    }
+    MapReader reader(item, "in collection", {"name", "keys", "max_ttl"}, diags);
+    CollectionConfig collection;
+    collection.mark = mark;
+    const Entry* name_entry = reader.require("name", "name: sessions", diags);
+    const Entry* keys_entry = reader.require("keys", "keys: \"sess:*\"", diags);
+    std::optional<std::string> name;
+    std::optional<std::string> keys;
+    if (name_entry != nullptr) {
+      name = readNonEmpty(*name_entry, "give the collection a name", diags);
+    }
+    if (keys_entry != nullptr) {
+      keys = readNonEmpty(*keys_entry, "give a glob such as \"sess:*\"", diags);
+    }
+    if (const Entry* e = reader.get("max_ttl")) {
+      if (auto d = readDuration(*e, DurationRule::NonNegative, diags)) {
+        collection.max_ttl = *d;
+      }
+    }
+    if (!name || !keys) {
+      continue;
+    }
+    bool duplicate = false;
+    for (const Seen& other : seen) {
+      if (other.name == *name) {
+        diags.error(name_entry->value_mark, "duplicate collection name " + quote(*name) +
+                                                " in this bucket (first at line " +
+                                                std::to_string(other.line) +
+                                                "); give each collection a unique name");
+        duplicate = true;
+        break;
+      }
+    }
+    if (!duplicate) {
+      // First match wins (expiry-semantics.md §3), so a pattern fully covered by an earlier one
+      // is dead configuration. Legal, hence only a warning.
+      for (const Seen& other : seen) {
+        if (globCovers(other.keys, *keys)) {
+          diags.warning(keys_entry->value_mark,
+                        "collection " + quote(*name) + " (keys " + quote(*keys) +
+                            ") never matches anything: collection " + quote(other.name) +
+                            " (line " + std::to_string(other.line) + ", keys " + quote(other.keys) +
+                            ") comes first and matches every key it would; reorder or remove one");
+          break;
+        }
+      }
+    }
+    collection.name = *name;
+    collection.keys = *keys;
+    seen.push_back({*name, *keys, mark.line});
+    bucket.collections.push_back(std::move(collection));
+  }
+}
+
+void parseBuckets(const Entry& section, const std::string& cluster_name,
+                  std::vector<BucketConfig>& buckets, Diagnostics& diags) {
+  if (!expectList(section, diags)) {
+    return;
+  }
+  std::map<int, Mark> seen_dbs;
+  for (const auto& item : section.value) {
+    Mark mark = markOf(item);
+    if (!expectMap(item, mark, "a bucket", diags)) {
+      continue;
+    }
+    MapReader reader(item, "in bucket", {"db", "max_ttl", "collections"}, diags);
+    BucketConfig bucket;
+    bucket.mark = mark;
+    std::optional<int64_t> db;
+    if (const Entry* e = reader.require("db", "db: 0", diags)) {
+      db = readInt(e->value, e->value_mark, "db", 0, kMaxDb, diags);
+      if (db) {
+        auto [it, inserted] = seen_dbs.emplace(static_cast<int>(*db), e->value_mark);
+        if (!inserted) {
+          diags.error(e->value_mark, "duplicate bucket for db " + std::to_string(*db) +
+                                         " in cluster " + quote(cluster_name) + " (first at line " +
+                                         std::to_string(it->second.line) +
+                                         "); merge them into one bucket");
+          db.reset();
+        }
+      }
+    }
+    if (const Entry* e = reader.get("max_ttl")) {
+      if (auto d = readDuration(*e, DurationRule::NonNegative, diags)) {
+        bucket.max_ttl = *d;
+      }
+    }
+    if (const Entry* e = reader.get("collections")) {
+      parseCollections(*e, bucket, diags);
+    }
+    if (db) {
+      bucket.db = static_cast<int>(*db);
+      buckets.push_back(std::move(bucket));
+    }
+  }
+}
+
+void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cluster,
+                  ClusterInfo& info, Diagnostics& diags) {
+  cluster.name = entry.key;
+  cluster.mark = entry.key_mark;
+  if (entry.value.IsNull()) {
+    diags.error(entry.key_mark,
+                "cluster " + quote(entry.key) + " is empty; give it at least address: host:port");
+    return;
+  }
+  if (!expectMap(entry.value, entry.value_mark, "cluster " + quote(entry.key), diags)) {
+    return;
+  }
+  MapReader reader(entry.value, "in cluster",
+                   {"type", "address", "username", "password", "tls", "buckets"}, diags);
+  if (const Entry* e = reader.get("type")) {
+    if (auto type = readString(*e, diags)) {
+      if (*type != "redis") {
+        diags.error(e->value_mark,
+                    "unsupported cluster type " + quote(*type) + ": only \"redis\" is supported");
+      } else {
+        cluster.type = *type;
+      }
+    }
+  }
+  if (const Entry* e = reader.require("address", "address: host:port", diags)) {
+    if (auto text = readString(*e, diags)) {
+      std::string why;
+      if (auto hp = splitHostPort(*text, kDefaultRedisPort, why)) {
+        cluster.host = hp->host;
+        cluster.port = hp->port;
+        info.address_ok = true;
+      } else {
+        diags.error(e->value_mark, "invalid address " + quote(*text) + ": " + why +
+                                       "; use host:port, e.g. 127.0.0.1:6379");
+      }
+    }
+  }
+  if (const Entry* e = reader.get("username")) {
+    if (auto text = readString(*e, diags)) {
+      cluster.username = *text;
+    }
+  }
+  if (const Entry* e = reader.get("password")) {
+    cluster.password = readSecret(*e, ctx, diags);
+  }
+  if (const Entry* e = reader.get("tls")) {
+    cluster.tls = parseTls(*e, ctx, diags);
+  }
+  if (const Entry* e = reader.get("buckets")) {
+    parseBuckets(*e, cluster.name, cluster.buckets, diags);
+  }
+}
+
+void parseClusters(const Entry& section, const ParseContext& ctx, ParsedConfig& out,
+                   Diagnostics& diags) {
+  if (!expectMap(section.value, section.value_mark, "clusters", diags)) {
+    return;
+  }
+  // yaml-cpp keeps every pair of a mapping (duplicates included) in file order; walking the
+  // pairs is the only way to notice a cluster defined twice.
+  for (const Entry& entry : entriesOf(section.value, diags)) {
+    if (entry.key.empty()) {
+      diags.error(entry.key_mark, "a cluster name is empty; give the cluster a name");
+      continue;
+    }
+    if (const ClusterConfig* first = out.config.cluster(entry.key)) {
+      diags.error(entry.key_mark,
+                  "duplicate cluster name " + quote(entry.key) + " (first defined at line " +
+                      std::to_string(first->mark.line) + "); give each cluster a unique name");
+      continue;
+    }
+    ClusterConfig cluster;
+    ClusterInfo info;
+    parseCluster(entry, ctx, cluster, info, diags);
+    out.cluster_info[entry.key] = info;
+    out.config.clusters.emplace(entry.key, std::move(cluster));
+  }
+}
+
+void parseRegexList(const Entry& entry, std::vector<Located<std::string>>& out,
+                    Diagnostics& diags) {
+  if (!expectList(entry, diags)) {
+    return;
+  }
+  for (const auto& item : entry.value) {
+    Mark mark = markOf(item);
+    auto text = readString(item, mark, "a regular expression", diags);
+    if (!text) {
+      continue;
+    }
+    RE2::Options options;
+    options.set_log_errors(false);  // the error goes into the diagnostic, not to stderr
+    RE2 re(*text, options);
+    if (!re.ok()) {
+      diags.error(mark, "invalid regular expression " + quote(*text) + " in " + entry.key + ": " +
+                            re.error() + "; fix it (RE2 syntax)");
+      continue;
+    }
+    out.push_back({*text, mark});
+  }
+}
+
+void parseFilters(const Entry& section, FilterConfig& filters, Diagnostics& diags) {
+  if (!expectMap(section.value, section.value_mark, "filters", diags)) {
+    return;
+  }
+  MapReader reader(section.value, "in filters",
+                   {"include_keys", "exclude_keys", "drop_expirations", "drop_deletions",
+                    "strip_ttl", "replicate_flush"},
+                   diags);
+  if (const Entry* e = reader.get("include_keys")) {
+    parseRegexList(*e, filters.include_keys, diags);
+  }
+  if (const Entry* e = reader.get("exclude_keys")) {
+    parseRegexList(*e, filters.exclude_keys, diags);
+  }
+  std::pair<const char*, bool*> flags[] = {
+      {"drop_expirations", &filters.drop_expirations},
+      {"drop_deletions", &filters.drop_deletions},
+      {"strip_ttl", &filters.strip_ttl},
+      {"replicate_flush", &filters.replicate_flush},
+  };
+  for (auto& [key, field] : flags) {
+    if (const Entry* e = reader.get(key)) {
+      if (auto value = readBool(*e, diags)) {
+        *field = *value;
+      }
+    }
+  }
+}
+
+void parseKeyRewrite(const Entry& section, std::vector<KeyRewrite>& rewrites, Diagnostics& diags) {
+  if (!expectList(section, diags)) {
+    return;
+  }
+  for (const auto& item : section.value) {
+    Mark mark = markOf(item);
+    if (!expectMap(item, mark, "a key_rewrite item", diags)) {
+      continue;
+    }
+    MapReader reader(item, "in key_rewrite item", {"from", "to"}, diags);
+    KeyRewrite rewrite;
+    rewrite.mark = mark;
+    std::optional<std::string> from;
+    std::optional<std::string> to;
+    if (const Entry* e = reader.require("from", "from: \"prefix:\"", diags)) {
+      from = readNonEmpty(*e, "give the key prefix to replace", diags);
+    }
+    // `to: ""` is allowed: it strips the prefix.
+    if (const Entry* e =
+            reader.require("to", "to: \"new-prefix:\" (or to: \"\" to strip it)", diags)) {
+      to = readString(*e, diags);
+    }
+    if (from && to) {
+      rewrite.from = *from;
+      rewrite.to = *to;
+      rewrites.push_back(std::move(rewrite));
+    }
+  }
+}
+
+void parseDbs(const Entry& section, PipelineConfig& pipeline, PipelineMarks& marks,
+              Diagnostics& diags) {
+  if (!expectMap(section.value, section.value_mark, "dbs", diags)) {
+    return;
+  }
+  for (const Entry& entry : entriesOf(section.value, diags)) {
+    auto source = readInt(YAML::Node(entry.key), entry.key_mark, "source db", 0, kMaxDb, diags);
+    auto target = readInt(entry.value, entry.value_mark, "target db", 0, kMaxDb, diags);
+    if (!source) {
+      continue;
+    }
+    auto [it, inserted] = marks.dbs.emplace(static_cast<int>(*source), entry.key_mark);
+    if (!inserted) {
+      diags.error(entry.key_mark, "duplicate source db " + std::to_string(*source) +
+                                      " in dbs (first at line " + std::to_string(it->second.line) +
+                                      "); map each source db once");
+      continue;
+    }
+    if (target) {
+      pipeline.dbs[static_cast<int>(*source)] = static_cast<int>(*target);
+    }
+  }
+}
+
+bool validPipelineName(const std::string& name) {
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return !name.empty();
+}
+
+void parsePipelines(const Entry& section, ParsedConfig& out, Diagnostics& diags) {
+  if (!expectList(section, diags)) {
+    out.pipeline_items = -1;  // reported; do not also complain that there are none
+    return;
+  }
+  out.pipeline_items = static_cast<int>(section.value.size());
+  for (const auto& item : section.value) {
+    Mark mark = markOf(item);
+    if (!expectMap(item, mark, "a pipeline", diags)) {
+      continue;
+    }
+    MapReader reader(
+        item, "in pipeline",
+        {"name", "source", "target", "dbs", "filters", "key_rewrite", "checkpoint_interval"},
+        diags);
+    PipelineConfig pipeline;
+    PipelineMarks marks;
+    pipeline.mark = mark;
+    if (const Entry* e = reader.require("name", "name: east-to-west", diags)) {
+      if (auto name = readNonEmpty(*e, "give the pipeline a name", diags)) {
+        // Names appear in URLs (/pipelines/NAME/pause), metric labels and state file names.
+        if (validPipelineName(*name)) {
+          pipeline.name = *name;
+          marks.name = e->value_mark;
+        } else {
+          diags.error(e->value_mark, "invalid pipeline name " + quote(*name) +
+                                         ": use only letters, digits, \"-\", \"_\" and \".\" "
+                                         "(it is used in URLs and file names)");
+        }
+      }
+    }
+    if (const Entry* e = reader.require("source", "source: CLUSTER", diags)) {
+      if (auto name = readNonEmpty(*e, "name a cluster defined under clusters:", diags)) {
+        pipeline.source = *name;
+        marks.source = e->value_mark;
+      }
+    }
+    if (const Entry* e = reader.require("target", "target: CLUSTER", diags)) {
+      if (auto name = readNonEmpty(*e, "name a cluster defined under clusters:", diags)) {
+        pipeline.target = *name;
+        marks.target = e->value_mark;
+      }
+    }
+    if (const Entry* e = reader.get("dbs")) {
+      parseDbs(*e, pipeline, marks, diags);
+    }
+    if (const Entry* e = reader.get("filters")) {
+      parseFilters(*e, pipeline.filters, diags);
+    }
+    if (const Entry* e = reader.get("key_rewrite")) {
+      parseKeyRewrite(*e, pipeline.key_rewrite, diags);
+    }
+    if (const Entry* e = reader.get("checkpoint_interval")) {
+      if (auto d = readDuration(*e, DurationRule::Positive, diags)) {
+        pipeline.checkpoint_interval = *d;
+      }
+    }
+    out.config.pipelines.push_back(std::move(pipeline));
+    out.pipeline_marks.push_back(std::move(marks));
+  }
+}
+
+}  // namespace
+
+void parseRoot(const YAML::Node& root, const ParseContext& ctx, ParsedConfig& out,
+               Diagnostics& diags) {
+  out.root = markOf(root);
+  if (out.root.line == 0) {
+    out.root = {1, 1};
+  }
+  if (!root.IsDefined() || root.IsNull()) {
+    diags.error(out.root,
+                "the configuration is empty; it needs at least a clusters: mapping and "
+                "a pipelines: list");
+    return;
+  }
+  if (!expectMap(root, out.root, "the configuration", diags)) {
+    return;
+  }
+  out.root_is_map = true;
+  MapReader reader(root, "at top level", {"agent", "clock", "clusters", "pipelines"}, diags);
+  if (const Entry* e = reader.get("agent")) {
+    parseAgent(*e, out.config.agent, diags);
+  }
+  // The default state_dir is relative too, so resolve after parsing, whatever its origin.
+  out.config.agent.state_dir = resolvePath(ctx, out.config.agent.state_dir);
+  if (const Entry* e = reader.get("clock")) {
+    parseClock(*e, ctx, out.config.clock, diags);
+  }
+  if (const Entry* e = reader.get("clusters")) {
+    parseClusters(*e, ctx, out, diags);
+  }
+  if (const Entry* e = reader.find("pipelines")) {
+    out.has_pipelines_key = true;
+    out.pipelines_mark = e->value_mark;
+    if (!e->value.IsNull()) {
+      parsePipelines(*e, out, diags);
+    }
+  }
+}
+
+}  // namespace xdcr::config::internal

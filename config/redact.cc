@@ -1,0 +1,143 @@
+// The config as JSON for humans (`GET /config`, logs at start-up). Key order follows the YAML
+// schema (ordered_json) so that the output reads like the file; durations are written the way a
+// user would write them ("30s"), and every secret is replaced by Secret::describe().
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "config/config.h"
+#include "config/internal.h"
+
+namespace xdcr::config {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using internal::formatDuration;
+
+const char* toString(LogLevel level) {
+  switch (level) {
+    case LogLevel::Trace:
+      return "trace";
+    case LogLevel::Debug:
+      return "debug";
+    case LogLevel::Info:
+      return "info";
+    case LogLevel::Warn:
+      return "warn";
+    case LogLevel::Error:
+      return "error";
+  }
+  return "info";
+}
+
+const char* toString(LogFormat format) { return format == LogFormat::Json ? "json" : "text"; }
+
+const char* toString(SkewAction action) {
+  switch (action) {
+    case SkewAction::Warn:
+      return "warn";
+    case SkewAction::Pause:
+      return "pause";
+    case SkewAction::Compensate:
+      return "compensate";
+  }
+  return "warn";
+}
+
+Json clusterJson(const ClusterConfig& cluster) {
+  Json json;
+  json["type"] = cluster.type;
+  json["address"] = internal::joinHostPort(cluster.host, cluster.port);
+  if (!cluster.username.empty()) {
+    json["username"] = cluster.username;
+  }
+  if (cluster.password.present()) {
+    // describe() only: the value must never reach this output.
+    json["password"] = cluster.password.describe();
+  }
+  if (cluster.tls) {
+    json["tls"] = {{"ca_file", cluster.tls->ca_file},
+                   {"cert_file", cluster.tls->cert_file},
+                   {"key_file", cluster.tls->key_file},
+                   {"server_name", cluster.tls->server_name},
+                   {"verify", cluster.tls->verify}};
+  }
+  Json buckets = Json::array();
+  for (const auto& bucket : cluster.buckets) {
+    Json collections = Json::array();
+    for (const auto& collection : bucket.collections) {
+      collections.push_back({{"name", collection.name},
+                             {"keys", collection.keys},
+                             {"max_ttl", formatDuration(collection.max_ttl)}});
+    }
+    buckets.push_back({{"db", bucket.db},
+                       {"max_ttl", formatDuration(bucket.max_ttl)},
+                       {"collections", collections}});
+  }
+  json["buckets"] = buckets;
+  return json;
+}
+
+Json pipelineJson(const PipelineConfig& pipeline) {
+  Json dbs = Json::object();
+  for (const auto& [from, to] : pipeline.dbs) {
+    dbs[std::to_string(from)] = to;
+  }
+  auto patterns = [](const std::vector<Located<std::string>>& list) {
+    Json out = Json::array();
+    for (const auto& item : list) {
+      out.push_back(item.value);
+    }
+    return out;
+  };
+  Json rewrites = Json::array();
+  for (const auto& rewrite : pipeline.key_rewrite) {
+    rewrites.push_back({{"from", rewrite.from}, {"to", rewrite.to}});
+  }
+  const FilterConfig& f = pipeline.filters;
+  return {{"name", pipeline.name},
+          {"source", pipeline.source},
+          {"target", pipeline.target},
+          {"dbs", dbs},
+          {"filters",
+           {{"include_keys", patterns(f.include_keys)},
+            {"exclude_keys", patterns(f.exclude_keys)},
+            {"drop_expirations", f.drop_expirations},
+            {"drop_deletions", f.drop_deletions},
+            {"strip_ttl", f.strip_ttl},
+            {"replicate_flush", f.replicate_flush}}},
+          {"key_rewrite", rewrites},
+          {"checkpoint_interval", formatDuration(pipeline.checkpoint_interval)}};
+}
+
+}  // namespace
+
+std::string redactedJson(const Config& config) {
+  Json json;
+  json["path"] = config.path;
+  json["agent"] = {
+      {"admin_listen", config.agent.admin_listen ? Json(*config.agent.admin_listen) : Json()},
+      {"state_dir", config.agent.state_dir},
+      {"log_level", toString(config.agent.log_level)},
+      {"log_format", toString(config.agent.log_format)}};
+  json["clock"] = {{"ntp_servers", config.clock.ntp_servers},
+                   {"nts", config.clock.nts},
+                   {"nts_ca_file", config.clock.nts_ca_file},
+                   {"check_interval", formatDuration(config.clock.check_interval)},
+                   {"max_skew", formatDuration(config.clock.max_skew)},
+                   {"on_skew", toString(config.clock.on_skew)}};
+  Json clusters = Json::object();
+  for (const auto& [name, cluster] : config.clusters) {
+    clusters[name] = clusterJson(cluster);
+  }
+  json["clusters"] = clusters;
+  Json pipelines = Json::array();
+  for (const auto& pipeline : config.pipelines) {
+    pipelines.push_back(pipelineJson(pipeline));
+  }
+  json["pipelines"] = pipelines;
+  // Invalid UTF-8 in a user string must not make dump() throw (the API never throws).
+  return json.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace xdcr::config

@@ -1,0 +1,929 @@
+// The YAML loader: the full example of interface.md §2 loads into the expected typed values, and
+// every invalid file gets the exact `FILE:LINE:COL: error: MESSAGE` line a user would see from
+// `xdcr-agent validate`.
+//
+// Every test name contains "config" (suite `config`, instantiation prefix `config/`) so that
+// `ctest -R config` selects exactly this module's tests.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace xdcr::config {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::ElementsAre;
+using testing::HasSubstr;
+using testing::Not;
+
+constexpr char kFile[] = "t.yaml";
+
+std::vector<std::string> formatAll(const LoadResult& result, Diagnostic::Severity severity) {
+  std::vector<std::string> lines;
+  for (const auto& d : result.diagnostics) {
+    if (d.severity == severity) {
+      lines.push_back(d.format());
+    }
+  }
+  return lines;
+}
+
+std::vector<std::string> errorsOf(const LoadResult& result) {
+  return formatAll(result, Diagnostic::Severity::Error);
+}
+
+std::vector<std::string> warningsOf(const LoadResult& result) {
+  return formatAll(result, Diagnostic::Severity::Warning);
+}
+
+/** Sets an environment variable for the lifetime of the object. */
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_.c_str()); }
+
+ private:
+  std::string name_;
+};
+
+/** A fresh directory, removed with its contents at the end of the test. */
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "xdcr-config-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::runtime_error("mkdtemp failed");
+    }
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::filesystem::path file = path_ / name;
+    std::ofstream(file, std::ios::binary) << text;
+    return file.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// interface.md §2, verbatim apart from the explanatory comments.
+constexpr char kFullExample[] = R"(agent:
+  admin_listen: 127.0.0.1:9464
+  state_dir: ./xdcr-state
+  log_level: info
+  log_format: text
+
+clock:
+  ntp_servers: ["127.0.0.1:11123"]
+  nts: false
+  nts_ca_file: ""
+  check_interval: 30s
+  max_skew: 500ms
+  on_skew: warn
+
+clusters:
+  east:
+    type: redis
+    address: 127.0.0.1:7001
+    username: replicator
+    password: {env: EAST_PASSWORD}
+    tls:
+      ca_file: ca.crt
+      cert_file: client.crt
+      key_file: client.key
+      server_name: east.example
+      verify: true
+  west:
+    type: redis
+    address: 127.0.0.1:7002
+    buckets:
+      - db: 0
+        max_ttl: 10m
+        collections:
+          - name: sessions
+            keys: "sess:*"
+            max_ttl: 60s
+
+pipelines:
+  - name: east-to-west
+    source: east
+    target: west
+    dbs: {0: 0}
+    filters:
+      include_keys: []
+      exclude_keys: []
+      drop_expirations: false
+      drop_deletions: false
+      strip_ttl: false
+      replicate_flush: false
+    key_rewrite: []
+    checkpoint_interval: 1s
+)";
+
+constexpr char kMinimal[] = R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - name: p
+    source: a
+    target: b
+)";
+
+TEST(config, FullExampleLoadsEveryField) {
+  ScopedEnv env("EAST_PASSWORD", "east-secret-value");
+  LoadResult result = loadConfigString(kFullExample, kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  EXPECT_TRUE(result.diagnostics.empty());
+  const Config& c = *result.config;
+  // loadConfigString: relative paths are relative to the current directory.
+  std::filesystem::path cwd = std::filesystem::current_path();
+
+  EXPECT_EQ(c.path, kFile);
+  ASSERT_TRUE(c.agent.admin_listen.has_value());
+  EXPECT_EQ(*c.agent.admin_listen, "127.0.0.1:9464");
+  EXPECT_EQ(c.agent.state_dir, (cwd / "xdcr-state").string());
+  EXPECT_EQ(c.agent.log_level, LogLevel::Info);
+  EXPECT_EQ(c.agent.log_format, LogFormat::Text);
+
+  EXPECT_THAT(c.clock.ntp_servers, ElementsAre("127.0.0.1:11123"));
+  EXPECT_FALSE(c.clock.nts);
+  EXPECT_EQ(c.clock.nts_ca_file, "");
+  EXPECT_EQ(c.clock.check_interval, milliseconds(30'000));
+  EXPECT_EQ(c.clock.max_skew, milliseconds(500));
+  EXPECT_EQ(c.clock.on_skew, SkewAction::Warn);
+
+  ASSERT_EQ(c.clusters.size(), 2u);
+  const ClusterConfig* east = c.cluster("east");
+  ASSERT_NE(east, nullptr);
+  EXPECT_EQ(east->name, "east");
+  EXPECT_EQ(east->type, "redis");
+  EXPECT_EQ(east->host, "127.0.0.1");
+  EXPECT_EQ(east->port, 7001);
+  EXPECT_EQ(east->address(), "127.0.0.1:7001");
+  EXPECT_EQ(east->username, "replicator");
+  EXPECT_EQ(east->password.kind, Secret::Kind::Env);
+  EXPECT_EQ(east->password.ref, "EAST_PASSWORD");
+  EXPECT_EQ(east->password.value, "east-secret-value");
+  EXPECT_EQ(east->password.mark.line, 20);
+  EXPECT_EQ(east->password.mark.column, 15);
+  ASSERT_TRUE(east->tls.has_value());
+  EXPECT_EQ(east->tls->ca_file, (cwd / "ca.crt").string());
+  EXPECT_EQ(east->tls->cert_file, (cwd / "client.crt").string());
+  EXPECT_EQ(east->tls->key_file, (cwd / "client.key").string());
+  EXPECT_EQ(east->tls->server_name, "east.example");
+  EXPECT_TRUE(east->tls->verify);
+  EXPECT_TRUE(east->buckets.empty());
+  EXPECT_EQ(east->mark.line, 16);
+  EXPECT_EQ(east->mark.column, 3);
+
+  const ClusterConfig* west = c.cluster("west");
+  ASSERT_NE(west, nullptr);
+  EXPECT_EQ(west->address(), "127.0.0.1:7002");
+  EXPECT_FALSE(west->password.present());
+  EXPECT_FALSE(west->tls.has_value());
+  EXPECT_EQ(west->username, "");
+  ASSERT_EQ(west->buckets.size(), 1u);
+  const BucketConfig& bucket = west->buckets[0];
+  EXPECT_EQ(bucket.db, 0);
+  EXPECT_EQ(bucket.max_ttl, milliseconds(600'000));
+  EXPECT_EQ(bucket.mark.line, 31);
+  ASSERT_EQ(bucket.collections.size(), 1u);
+  EXPECT_EQ(bucket.collections[0].name, "sessions");
+  EXPECT_EQ(bucket.collections[0].keys, "sess:*");
+  EXPECT_EQ(bucket.collections[0].max_ttl, milliseconds(60'000));
+  EXPECT_EQ(bucket.collections[0].mark.line, 34);
+
+  ASSERT_EQ(c.pipelines.size(), 1u);
+  const PipelineConfig* p = c.pipeline("east-to-west");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->source, "east");
+  EXPECT_EQ(p->target, "west");
+  EXPECT_EQ(p->dbs, (std::map<int, int>{{0, 0}}));
+  EXPECT_TRUE(p->filters.include_keys.empty());
+  EXPECT_TRUE(p->filters.exclude_keys.empty());
+  EXPECT_FALSE(p->filters.drop_expirations);
+  EXPECT_FALSE(p->filters.drop_deletions);
+  EXPECT_FALSE(p->filters.strip_ttl);
+  EXPECT_FALSE(p->filters.replicate_flush);
+  EXPECT_TRUE(p->key_rewrite.empty());
+  EXPECT_EQ(p->checkpoint_interval, milliseconds(1000));
+  EXPECT_EQ(p->mark.line, 39);
+  EXPECT_EQ(p->mark.column, 5);
+}
+
+TEST(config, DefaultsWhenSectionsAreOmitted) {
+  LoadResult result = loadConfigString(kMinimal, kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  const Config& c = *result.config;
+  EXPECT_FALSE(c.agent.admin_listen.has_value());
+  EXPECT_EQ(c.agent.state_dir, (std::filesystem::current_path() / "xdcr-state").string());
+  EXPECT_EQ(c.agent.log_level, LogLevel::Info);
+  EXPECT_EQ(c.agent.log_format, LogFormat::Text);
+  EXPECT_TRUE(c.clock.ntp_servers.empty());
+  EXPECT_FALSE(c.clock.nts);
+  EXPECT_EQ(c.clock.check_interval, milliseconds(30'000));
+  EXPECT_EQ(c.clock.max_skew, milliseconds(500));
+  EXPECT_EQ(c.clock.on_skew, SkewAction::Warn);
+  EXPECT_EQ(c.cluster("a")->type, "redis");
+  EXPECT_FALSE(c.cluster("a")->tls.has_value());
+  EXPECT_TRUE(c.pipelines[0].dbs.empty());
+  EXPECT_EQ(c.pipelines[0].checkpoint_interval, milliseconds(1000));
+}
+
+TEST(config, ValuesOtherThanDefaults) {
+  LoadResult result = loadConfigString(R"(agent:
+  state_dir: /var/lib/xdcr
+  log_level: debug
+  log_format: json
+clock:
+  ntp_servers: [ntp1.example, "[::1]:11123"]
+  nts: true
+  nts_ca_file: /etc/ssl/nts.pem
+  check_interval: 2m
+  max_skew: 0
+  on_skew: compensate
+clusters:
+  a:
+    address: redis-a.example
+    password: plain-pass
+    tls: {verify: false}
+  b:
+    address: "[::1]:7002"
+    buckets:
+      - db: 1023
+pipelines:
+  - name: p.1_x
+    source: a
+    target: b
+    dbs: {0: 5, 3: 4}
+    filters:
+      include_keys: ["^user:", "^sess:"]
+      exclude_keys: ["tmp$"]
+      drop_expirations: true
+      drop_deletions: True
+      strip_ttl: TRUE
+      replicate_flush: true
+    key_rewrite:
+      - {from: "sess:", to: "eu:sess:"}
+      - {from: "old:", to: ""}
+    checkpoint_interval: 250ms
+)",
+                                       kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  const Config& c = *result.config;
+  EXPECT_EQ(c.agent.state_dir, "/var/lib/xdcr");
+  EXPECT_EQ(c.agent.log_level, LogLevel::Debug);
+  EXPECT_EQ(c.agent.log_format, LogFormat::Json);
+  EXPECT_THAT(c.clock.ntp_servers, ElementsAre("ntp1.example", "[::1]:11123"));
+  EXPECT_TRUE(c.clock.nts);
+  EXPECT_EQ(c.clock.nts_ca_file, "/etc/ssl/nts.pem");
+  EXPECT_EQ(c.clock.check_interval, milliseconds(120'000));
+  EXPECT_EQ(c.clock.max_skew, milliseconds(0));
+  EXPECT_EQ(c.clock.on_skew, SkewAction::Compensate);
+  const ClusterConfig& a = *c.cluster("a");
+  EXPECT_EQ(a.host, "redis-a.example");
+  EXPECT_EQ(a.port, 6379);  // default port
+  EXPECT_EQ(a.password.kind, Secret::Kind::Plain);
+  EXPECT_EQ(a.password.value, "plain-pass");
+  ASSERT_TRUE(a.tls.has_value());
+  EXPECT_FALSE(a.tls->verify);
+  EXPECT_EQ(a.tls->ca_file, "");
+  const ClusterConfig& b = *c.cluster("b");
+  EXPECT_EQ(b.host, "::1");
+  EXPECT_EQ(b.port, 7002);
+  EXPECT_EQ(b.buckets[0].db, 1023);
+  EXPECT_EQ(b.buckets[0].max_ttl, milliseconds(0));
+  const PipelineConfig& p = c.pipelines[0];
+  EXPECT_EQ(p.name, "p.1_x");
+  EXPECT_EQ(p.dbs, (std::map<int, int>{{0, 5}, {3, 4}}));
+  ASSERT_EQ(p.filters.include_keys.size(), 2u);
+  EXPECT_EQ(p.filters.include_keys[1].value, "^sess:");
+  EXPECT_EQ(p.filters.include_keys[1].mark.line, 27);
+  EXPECT_EQ(p.filters.include_keys[1].mark.column, 32);
+  ASSERT_EQ(p.filters.exclude_keys.size(), 1u);
+  EXPECT_TRUE(p.filters.drop_expirations);
+  EXPECT_TRUE(p.filters.drop_deletions);
+  EXPECT_TRUE(p.filters.strip_ttl);
+  EXPECT_TRUE(p.filters.replicate_flush);
+  ASSERT_EQ(p.key_rewrite.size(), 2u);
+  EXPECT_EQ(p.key_rewrite[0].from, "sess:");
+  EXPECT_EQ(p.key_rewrite[0].to, "eu:sess:");
+  EXPECT_EQ(p.key_rewrite[1].to, "");
+  EXPECT_EQ(p.checkpoint_interval, milliseconds(250));
+}
+
+TEST(config, FileSecretAndPathsAreRelativeToTheConfigFile) {
+  TempDir dir;
+  dir.write("east.pass", "file-secret-value\n");  // exactly one trailing newline is stripped
+  dir.write("two-newlines.pass", "v2\n\n");
+  std::string path = dir.write("agent.yaml", R"(agent:
+  state_dir: state
+clusters:
+  a:
+    address: 127.0.0.1:7001
+    password: {file: east.pass}
+    tls: {ca_file: certs/ca.crt}
+  b:
+    address: 127.0.0.1:7002
+    password: {file: two-newlines.pass}
+pipelines:
+  - {name: p, source: a, target: b}
+)");
+  LoadResult result = loadConfigFile(path);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  const Config& c = *result.config;
+  EXPECT_EQ(c.path, path);
+  EXPECT_EQ(c.agent.state_dir, (dir.path() / "state").string());
+  const ClusterConfig& a = *c.cluster("a");
+  EXPECT_EQ(a.password.kind, Secret::Kind::File);
+  EXPECT_EQ(a.password.ref, "east.pass");
+  EXPECT_EQ(a.password.value, "file-secret-value");
+  EXPECT_EQ(a.tls->ca_file, (dir.path() / "certs" / "ca.crt").string());
+  EXPECT_EQ(c.cluster("b")->password.value, "v2\n");
+}
+
+TEST(config, MissingSecretFileNamesTheFile) {
+  TempDir dir;
+  std::string path = dir.write("agent.yaml", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    password: {file: missing.pass}
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)");
+  LoadResult result = loadConfigFile(path);
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(errorsOf(result),
+              ElementsAre(path + ":4:22: error: cannot read password file \"missing.pass\" (" +
+                          (dir.path() / "missing.pass").string() +
+                          "): No such file or directory; create it or fix the path"));
+}
+
+TEST(config, NoEnvironmentSkipsSecrets) {
+  ::unsetenv("XDCR_TEST_UNSET_VAR");
+  std::string yaml = R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    password: {env: XDCR_TEST_UNSET_VAR}
+  b:
+    address: 127.0.0.1:7002
+    password: {file: /nonexistent/xdcr/secret}
+pipelines:
+  - {name: p, source: a, target: b}
+)";
+  LoadOptions options;
+  options.resolve_environment = false;
+  LoadResult result = loadConfigString(yaml, kFile, options);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  EXPECT_EQ(result.config->cluster("a")->password.kind, Secret::Kind::Env);
+  EXPECT_EQ(result.config->cluster("a")->password.value, "");
+  EXPECT_EQ(result.config->cluster("b")->password.kind, Secret::Kind::File);
+
+  // The same file with resolution on: both secrets are errors, neither leaks a value.
+  LoadResult resolved = loadConfigString(yaml, kFile);
+  EXPECT_FALSE(resolved.ok());
+  EXPECT_THAT(errorsOf(resolved),
+              ElementsAre("t.yaml:4:21: error: environment variable \"XDCR_TEST_UNSET_VAR\" is "
+                          "not set; export it before starting the agent (or check the file with "
+                          "validate --no-environment)",
+                          "t.yaml:7:22: error: cannot read password file "
+                          "\"/nonexistent/xdcr/secret\": No such file or directory; create it or "
+                          "fix the path"));
+}
+
+TEST(config, UnreadableConfigFile) {
+  LoadResult result = loadConfigFile("/nonexistent/xdcr/agent.yaml");
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(errorsOf(result),
+              ElementsAre("/nonexistent/xdcr/agent.yaml: error: cannot read the configuration "
+                          "file: No such file or directory; check the path given with "
+                          "-c/--config"));
+}
+
+// ---- One invalid file, one exact line -----------------------------------------------------
+
+struct InvalidCase {
+  std::string name;
+  std::string yaml;
+  std::string expected;    // the exact formatted error line
+  size_t error_count = 1;  // how many errors the file produces in total
+};
+
+std::ostream& operator<<(std::ostream& os, const InvalidCase& c) { return os << c.name; }
+
+class InvalidConfigTest : public testing::TestWithParam<InvalidCase> {};
+
+TEST_P(InvalidConfigTest, ReportsTheExactError) {
+  const InvalidCase& c = GetParam();
+  ::unsetenv("XDCR_TEST_MISSING_PASSWORD");
+  LoadResult result;
+  EXPECT_NO_THROW(result = loadConfigString(c.yaml, kFile));
+  EXPECT_FALSE(result.ok());
+  std::vector<std::string> errors = errorsOf(result);
+  EXPECT_THAT(errors, testing::Contains(c.expected)) << testing::PrintToString(errors);
+  EXPECT_EQ(errors.size(), c.error_count) << testing::PrintToString(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    config, InvalidConfigTest,
+    testing::Values(
+        InvalidCase{"UnknownTopLevelKey", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+logging: {}
+)",
+                    "t.yaml:6:1: error: unknown key \"logging\" at top level; valid keys are: "
+                    "agent, clock, clusters, pipelines"},
+        InvalidCase{"UnknownKeyInAgent", std::string(kMinimal) + R"(agent:
+  log_lvl: debug
+)",
+                    "t.yaml:11:3: error: unknown key \"log_lvl\" in agent; did you mean "
+                    "\"log_level\"?"},
+        InvalidCase{"UnknownKeyInCluster", R"(clusters:
+  a:
+    adress: 127.0.0.1:7001
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:5: error: unknown key \"adress\" in cluster; did you mean "
+                    "\"address\"?"},
+        InvalidCase{"UnknownKeyInPipeline", std::string(kMinimal) + "    chekpoint_interval: 5s\n",
+                    "t.yaml:10:5: error: unknown key \"chekpoint_interval\" in pipeline; did you "
+                    "mean \"checkpoint_interval\"?"},
+        InvalidCase{"UnknownKeyInFilters",
+                    std::string(kMinimal) + "    filters:\n      drop_expiration: true\n",
+                    "t.yaml:11:7: error: unknown key \"drop_expiration\" in filters; did you "
+                    "mean \"drop_expirations\"?"},
+        InvalidCase{"BadDuration", std::string(kMinimal) + "    checkpoint_interval: 10x\n",
+                    "t.yaml:10:26: error: invalid duration \"10x\" for checkpoint_interval: use "
+                    "an integer number of seconds or a number with ms, s, m, h or d"},
+        InvalidCase{"FractionalDuration", std::string(kMinimal) + R"(clock:
+  max_skew: 1.5s
+)",
+                    "t.yaml:11:13: error: invalid duration \"1.5s\" for max_skew: use an integer "
+                    "number of seconds or a number with ms, s, m, h or d"},
+        InvalidCase{"ZeroCheckInterval", std::string(kMinimal) + R"(clock:
+  check_interval: 0s
+)",
+                    "t.yaml:11:19: error: check_interval must be greater than 0 (got \"0s\"); "
+                    "use a positive duration such as 1s"},
+        InvalidCase{"NegativeMaxTtl", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+    buckets:
+      - db: 0
+        max_ttl: -1
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:8:18: error: max_ttl must not be negative (got \"-1\"); use 0 for no "
+                    "limit or a positive duration such as 10m"},
+        InvalidCase{"PortOutOfRange", R"(clusters:
+  a:
+    address: 127.0.0.1:70001
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:14: error: invalid address \"127.0.0.1:70001\": port 70001 is out "
+                    "of range 1..65535; use host:port, e.g. 127.0.0.1:6379"},
+        InvalidCase{"AdminListenWithoutPort", std::string(kMinimal) + R"(agent:
+  admin_listen: localhost
+)",
+                    "t.yaml:11:17: error: invalid admin_listen \"localhost\": the port is "
+                    "missing; use host:port, e.g. 127.0.0.1:9464"},
+        InvalidCase{"UnknownClusterReference", R"(clusters:
+  east: {address: "127.0.0.1:7001"}
+  west: {address: "127.0.0.1:7002"}
+pipelines:
+  - name: p
+    source: esat
+    target: west
+)",
+                    "t.yaml:6:13: error: source \"esat\" is not a defined cluster; did you mean "
+                    "\"east\"? Defined clusters: east, west"},
+        InvalidCase{"DuplicatePipelineName", std::string(kMinimal) + R"(  - name: p
+    source: b
+    target: a
+)",
+                    "t.yaml:10:11: error: duplicate pipeline name \"p\" (first defined at line "
+                    "7); give each pipeline a unique name"},
+        InvalidCase{"DuplicateClusterName", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+  a:
+    address: 127.0.0.1:7003
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:6:3: error: duplicate cluster name \"a\" (first defined at line 2); "
+                    "give each cluster a unique name"},
+        InvalidCase{"BadRegex", std::string(kMinimal) + R"(    filters:
+      exclude_keys: ["ok", "(unclosed"]
+)",
+                    "t.yaml:11:28: error: invalid regular expression \"(unclosed\" in "
+                    "exclude_keys: missing ): (unclosed; fix it (RE2 syntax)"},
+        InvalidCase{"SameSourceAndTarget", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+pipelines:
+  - name: loop
+    source: a
+    target: a
+)",
+                    "t.yaml:7:13: error: pipeline \"loop\" replicates 127.0.0.1:7001 onto itself: "
+                    "source \"a\" and target \"a\" have the same address and without a dbs map "
+                    "every db maps to itself; use another target or add a dbs map to different "
+                    "databases"},
+        InvalidCase{"SameAddressDbMapsOntoItself", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  a-again:
+    address: 127.0.0.1:7001
+pipelines:
+  - name: p
+    source: a
+    target: a-again
+    dbs: {0: 1, 2: 2}
+)",
+                    "t.yaml:10:17: error: pipeline \"p\" replicates db 2 of 127.0.0.1:7001 onto "
+                    "itself (source \"a\" and target \"a-again\" have the same address); map it "
+                    "to a different db or use another target"},
+        InvalidCase{"BadEnumValue", std::string(kMinimal) + R"(clock:
+  on_skew: pasue
+)",
+                    "t.yaml:11:12: error: invalid on_skew \"pasue\": use one of warn, pause, "
+                    "compensate (did you mean \"pause\"?)"},
+        InvalidCase{"BadLogFormat", std::string(kMinimal) + R"(agent:
+  log_format: xml
+)",
+                    "t.yaml:11:15: error: invalid log_format \"xml\": use one of text, json"},
+        InvalidCase{"MissingRequiredAddress", R"(clusters:
+  a:
+    username: replicator
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:5: error: missing required key \"address\" in cluster; add "
+                    "address: host:port"},
+        InvalidCase{"MissingRequiredPipelineSource", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - name: p
+    target: b
+)",
+                    "t.yaml:5:5: error: missing required key \"source\" in pipeline; add source: "
+                    "CLUSTER"},
+        InvalidCase{"ListWhereMapExpected", std::string(kMinimal) + R"(agent:
+  - log_level: info
+)",
+                    "t.yaml:11:3: error: agent must be a mapping of key: value pairs, not a list"},
+        InvalidCase{"MapWhereListExpected", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  name: p
+  source: a
+  target: b
+)",
+                    "t.yaml:5:3: error: pipelines must be a list, not a mapping; write one \"- "
+                    "item\" per line or [item, ...]"},
+        InvalidCase{"YamlSyntaxError", R"(clusters:
+  a: {address: "127.0.0.1:7001"
+pipelines: []
+)",
+                    "t.yaml:3:1: error: YAML syntax error: end of map flow not found; fix the "
+                    "YAML at this position (check indentation, quotes, brackets and that tabs "
+                    "are not used for indentation)"},
+        InvalidCase{"MissingEnvSecret", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    password: {env: XDCR_TEST_MISSING_PASSWORD}
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:21: error: environment variable \"XDCR_TEST_MISSING_PASSWORD\" is "
+                    "not set; export it before starting the agent (or check the file with "
+                    "validate --no-environment)"},
+        InvalidCase{"SecretWithUnknownKey", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    password: {envv: X}
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:16: error: unknown key \"envv\" in password; did you mean \"env\"?"},
+        InvalidCase{"CertWithoutKey", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    tls:
+      ca_file: ca.crt
+      cert_file: client.crt
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:6:18: error: cert_file is set but key_file is not; a client "
+                    "certificate needs both: add key_file or remove cert_file"},
+        InvalidCase{"DuplicateBucketDb", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+    buckets:
+      - db: 3
+        max_ttl: 1h
+      - db: 3
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:9:13: error: duplicate bucket for db 3 in cluster \"b\" (first at line "
+                    "7); merge them into one bucket"},
+        InvalidCase{"DbOutOfRange", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+    buckets:
+      - db: 6379
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:7:13: error: db 6379 is out of range: use an integer from 0 to 1023"},
+        InvalidCase{"DuplicateCollectionName", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+    buckets:
+      - db: 0
+        collections:
+          - {name: sessions, keys: "sess:*"}
+          - {name: sessions, keys: "s:*"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:10:20: error: duplicate collection name \"sessions\" in this bucket "
+                    "(first at line 9); give each collection a unique name"},
+        InvalidCase{"CollectionWithoutKeys", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+    buckets:
+      - db: 0
+        collections:
+          - name: sessions
+            max_ttl: 60s
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:9:13: error: missing required key \"keys\" in collection; add keys: "
+                    "\"sess:*\""},
+        InvalidCase{"KeyRewriteWithoutFrom", std::string(kMinimal) + R"(    key_rewrite:
+      - {to: "eu:"}
+)",
+                    "t.yaml:11:9: error: missing required key \"from\" in key_rewrite item; add "
+                    "from: \"prefix:\""},
+        InvalidCase{"KeyRewriteEmptyFrom", std::string(kMinimal) + R"(    key_rewrite:
+      - {from: "", to: "eu:"}
+)",
+                    "t.yaml:11:16: error: \"from\" is empty; give the key prefix to replace"},
+        InvalidCase{"BadDbsEntry", std::string(kMinimal) + "    dbs: {0: one}\n",
+                    "t.yaml:10:14: error: invalid target db \"one\": use an integer from 0 to "
+                    "1023"},
+        InvalidCase{"NonBooleanFlag", std::string(kMinimal) + R"(    filters:
+      strip_ttl: yes
+)",
+                    "t.yaml:11:18: error: invalid value \"yes\" for strip_ttl: use true or false"},
+        InvalidCase{"UnsupportedClusterType", R"(clusters:
+  a:
+    type: memcached
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:11: error: unsupported cluster type \"memcached\": only \"redis\" is "
+                    "supported"},
+        InvalidCase{"NoPipelines", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+)",
+                    "t.yaml:1:1: error: no pipelines are defined; add a pipelines: list with at "
+                    "least one pipeline"},
+        InvalidCase{"EmptyPipelineList", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+pipelines: []
+)",
+                    "t.yaml:4:12: error: pipelines is empty; define at least one pipeline (- "
+                    "name: ..., source: ..., target: ...)"},
+        InvalidCase{"SecondDocument", std::string(kMinimal) + "---\nagent: {}\n",
+                    "t.yaml:11:1: error: the file holds more than one YAML document (\"---\"); "
+                    "put the whole configuration in a single document"},
+        InvalidCase{"EmptyFile", "# nothing here\n",
+                    "t.yaml:1:1: error: the configuration is empty; it needs at least a "
+                    "clusters: mapping and a pipelines: list"},
+        InvalidCase{"BadNtpServer", std::string(kMinimal) + R"(clock:
+  ntp_servers: ["pool.ntp.org", "::1:123"]
+)",
+                    "t.yaml:11:33: error: invalid NTP server \"::1:123\": put an IPv6 address in "
+                    "brackets, e.g. \"[::1]:6379\"; use host or host:port, e.g. 127.0.0.1:123"},
+        InvalidCase{"InvalidPipelineName", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: "east to west", source: a, target: b}
+)",
+                    "t.yaml:5:12: error: invalid pipeline name \"east to west\": use only "
+                    "letters, digits, \"-\", \"_\" and \".\" (it is used in URLs and file names)"},
+        InvalidCase{"DuplicateKeyInMapping", std::string(kMinimal) + "    target: a\n",
+                    "t.yaml:10:5: error: duplicate key \"target\" in pipeline (first at line 9); "
+                    "remove one of them"},
+        InvalidCase{"EmptyRequiredValue", R"(clusters:
+  a:
+    address:
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:5: error: \"address\" has no value; write address: host:port"}),
+    [](const testing::TestParamInfo<InvalidCase>& info) { return info.param.name; });
+
+// ---- Several errors, warnings, redaction --------------------------------------------------
+
+TEST(config, ReportsEveryErrorInFileOrder) {
+  // Three independent mistakes in three sections; the cross-reference one (line 9) is found by a
+  // later pass than the one on line 11, yet the output is in file order.
+  LoadResult result = loadConfigString(R"(agent:
+  log_level: verbose
+clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: c}
+clock:
+  max_skew: 10x
+)",
+                                       kFile);
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(
+      errorsOf(result),
+      ElementsAre("t.yaml:2:14: error: invalid log_level \"verbose\": use one of trace, debug, "
+                  "info, warn, error",
+                  "t.yaml:9:34: error: target \"c\" is not a defined cluster; did you mean "
+                  "\"a\"? Defined clusters: a, b",
+                  "t.yaml:11:13: error: invalid duration \"10x\" for max_skew: use an integer "
+                  "number of seconds or a number with ms, s, m, h or d"));
+}
+
+TEST(config, OverlappingCollectionsAreOnlyAWarning) {
+  LoadResult result = loadConfigString(R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+    buckets:
+      - db: 0
+        collections:
+          - {name: sessions, keys: "sess:*"}
+          - {name: eu-sessions, keys: "sess:eu:*"}
+          - {name: users, keys: "user:*"}
+          - {name: all, keys: "*"}
+          - {name: rest, keys: "x?"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                                       kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  EXPECT_THAT(
+      warningsOf(result),
+      ElementsAre("t.yaml:10:39: warning: collection \"eu-sessions\" (keys \"sess:eu:*\") never "
+                  "matches anything: collection \"sessions\" (line 9, keys \"sess:*\") comes "
+                  "first and matches every key it would; reorder or remove one",
+                  "t.yaml:13:32: warning: collection \"rest\" (keys \"x?\") never matches "
+                  "anything: collection \"all\" (line 12, keys \"*\") comes first and matches "
+                  "every key it would; reorder or remove one"));
+  EXPECT_EQ(result.config->cluster("b")->buckets[0].collections.size(), 5u);
+}
+
+TEST(config, RedactedJsonNeverContainsSecrets) {
+  ScopedEnv env("XDCR_TEST_ENV_PASSWORD", "env-password-value");
+  TempDir dir;
+  dir.write("b.pass", "file-password-value\n");
+  std::string path = dir.write("agent.yaml", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    password: plain-password-value
+  b:
+    address: 127.0.0.1:7002
+    password: {file: b.pass}
+  c:
+    address: 127.0.0.1:7003
+    password: {env: XDCR_TEST_ENV_PASSWORD}
+pipelines:
+  - {name: p, source: a, target: b}
+)");
+  LoadResult result = loadConfigFile(path);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  // The values were resolved...
+  EXPECT_EQ(result.config->cluster("a")->password.value, "plain-password-value");
+  EXPECT_EQ(result.config->cluster("b")->password.value, "file-password-value");
+  EXPECT_EQ(result.config->cluster("c")->password.value, "env-password-value");
+  // ...and none of them is printed.
+  std::string json = redactedJson(*result.config);
+  EXPECT_THAT(json, Not(HasSubstr("password-value")));
+  EXPECT_THAT(json, HasSubstr("\"password\": \"<redacted>\""));
+  EXPECT_THAT(json, HasSubstr("\"password\": \"{file: b.pass}\""));
+  EXPECT_THAT(json, HasSubstr("\"password\": \"{env: XDCR_TEST_ENV_PASSWORD}\""));
+  EXPECT_THAT(json, HasSubstr("\"checkpoint_interval\": \"1s\""));
+  EXPECT_THAT(json, HasSubstr("\"max_skew\": \"500ms\""));
+}
+
+TEST(config, SecretDescribe) {
+  Secret secret;
+  EXPECT_EQ(secret.describe(), "");
+  secret.kind = Secret::Kind::Plain;
+  secret.value = "v";
+  EXPECT_EQ(secret.describe(), "<redacted>");
+  secret.kind = Secret::Kind::Env;
+  secret.ref = "NAME";
+  EXPECT_EQ(secret.describe(), "{env: NAME}");
+  secret.kind = Secret::Kind::File;
+  secret.ref = "/run/secrets/p";
+  EXPECT_EQ(secret.describe(), "{file: /run/secrets/p}");
+}
+
+TEST(config, DiagnosticFormat) {
+  Diagnostic d{Diagnostic::Severity::Error, "a.yaml", {3, 7}, "boom; fix it"};
+  EXPECT_EQ(d.format(), "a.yaml:3:7: error: boom; fix it");
+  d.severity = Diagnostic::Severity::Warning;
+  EXPECT_EQ(d.format(), "a.yaml:3:7: warning: boom; fix it");
+  d.mark = {};
+  EXPECT_EQ(d.format(), "a.yaml: warning: boom; fix it");
+}
+
+TEST(config, NeverThrowsOnOddInput) {
+  const char* inputs[] = {
+      "",
+      "\x01\x02\xff\xfe",
+      "[1, 2, 3]",
+      "just a string",
+      "? [a, b]\n: c\n",
+      "clusters: &x\n  a: *x\n",
+      "a: 1\n---\nb: 2\n",
+      "clusters:\n\tx: 1\n",
+      "pipelines:\n  - ~\n  - 3\n",
+  };
+  for (const char* input : inputs) {
+    LoadResult result;
+    EXPECT_NO_THROW(result = loadConfigString(input, kFile)) << input;
+    EXPECT_FALSE(result.ok()) << input;
+    EXPECT_FALSE(errorsOf(result).empty()) << input;
+  }
+}
+
+}  // namespace
+}  // namespace xdcr::config
