@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 bash scripts/install-deps.sh
-XDCR_BUILD_TESTS=OFF BUILD_DIR=build bash scripts/build.sh --target xdcr-agent
+bash scripts/build.sh --target xdcr-agent
 AGENT=$ROOT/build/xdcr-agent
 RUN=$ROOT/demo-run
 rm -rf "$RUN"
