@@ -1,0 +1,11 @@
+#pragma once
+// Everything an integration test needs: real redis-servers, a RESP client, the agent process.
+// All processes are started with fork/exec, listen on 127.0.0.1 only, and are stopped by PID.
+
+#include "tests/support/agent_process.h"  // IWYU pragma: export
+#include "tests/support/net.h"            // IWYU pragma: export
+#include "tests/support/redis_server.h"   // IWYU pragma: export
+#include "tests/support/resp_client.h"    // IWYU pragma: export
+#include "tests/support/subprocess.h"     // IWYU pragma: export
+#include "tests/support/temp_dir.h"       // IWYU pragma: export
+#include "tests/support/wait.h"           // IWYU pragma: export

@@ -1,0 +1,266 @@
+// Tests of the integration-test harness itself, independent of xdcr-agent: two real
+// redis-servers replicating natively prove RedisServer, RespClient and the helpers.
+
+#include "tests/support/harness.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace xdcr::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(TempDirTest, CreatesAndRemovesDirectory) {
+  std::string path;
+  {
+    TempDir dir("xdcr-harness");
+    path = dir.path();
+    ASSERT_TRUE(std::filesystem::is_directory(path));
+    writeFileText(dir.file("a.txt"), "one\ntwo\nthree\n");
+    EXPECT_EQ(readFileText(dir.file("a.txt")), "one\ntwo\nthree\n");
+  }
+  if (std::getenv("XDCR_KEEP_TEST_DIRS") == nullptr) {
+    EXPECT_FALSE(std::filesystem::exists(path));
+  }
+}
+
+TEST(TempDirTest, LastLines) {
+  EXPECT_EQ(lastLines("a\nb\nc\n", 2), "b\nc\n");
+  EXPECT_EQ(lastLines("a\nb\nc", 2), "b\nc");
+  EXPECT_EQ(lastLines("a\nb\n", 5), "a\nb\n");
+  EXPECT_EQ(lastLines("", 3), "");
+}
+
+TEST(NetTest, FreePortIsUsable) {
+  uint16_t port = freePort();
+  EXPECT_GT(port, 0);
+}
+
+TEST(WaitTest, IsBounded) {
+  EXPECT_TRUE(waitUntil([] { return true; }, 1s));
+  auto start = std::chrono::steady_clock::now();
+  int calls = 0;
+  EXPECT_FALSE(waitUntil(
+      [&] {
+        ++calls;
+        return false;
+      },
+      300ms, 50ms));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, 300ms);
+  EXPECT_LT(elapsed, 2s);
+  EXPECT_GE(calls, 3);
+}
+
+TEST(SubprocessTest, MissingProgramThrows) {
+  TempDir dir("xdcr-harness");
+  EXPECT_THROW(Subprocess::start({"/nonexistent/xdcr-no-such-binary"}, dir.file("log")),
+               std::runtime_error);
+  EXPECT_THROW(Subprocess::start({"xdcr-no-such-binary-in-path"}, dir.file("log")),
+               std::runtime_error);
+}
+
+TEST(SubprocessTest, ExitCodeAndStop) {
+  TempDir dir("xdcr-harness");
+  Subprocess quick = Subprocess::start({"sh", "-c", "echo hello; exit 3"}, dir.file("log"));
+  auto status = quick.waitFor(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->exited);
+  EXPECT_EQ(status->code, 3);
+  EXPECT_EQ(readFileText(dir.file("log")), "hello\n");
+
+  Subprocess sleeper = Subprocess::start({"sleep", "30"}, dir.file("log2"));
+  EXPECT_TRUE(sleeper.running());
+  ExitStatus stopped = sleeper.stop(SIGTERM, 5s);
+  EXPECT_FALSE(stopped.exited);
+  EXPECT_EQ(stopped.signal, SIGTERM);
+  EXPECT_FALSE(stopped.forced);
+  EXPECT_FALSE(sleeper.running());
+}
+
+TEST(RedisServerTest, StartsAnswersAndParsesEveryReplyType) {
+  RedisServer server;
+  ASSERT_GT(server.port(), 0);
+  ASSERT_GT(server.pid(), 0);
+  RespClient client = server.client();
+
+  RespValue pong = client.command({"PING"});
+  EXPECT_EQ(pong.type(), RespValue::Type::SimpleString);
+  EXPECT_EQ(pong.str(), "PONG");
+
+  EXPECT_EQ(client.command({"SET", "k", std::string("v\r\nwith\0nul", 11)}).str(), "OK");
+  RespValue bulk = client.command({"GET", "k"});
+  EXPECT_EQ(bulk.type(), RespValue::Type::Bulk);
+  EXPECT_EQ(bulk.str(), std::string("v\r\nwith\0nul", 11));
+  EXPECT_TRUE(client.command({"GET", "missing"}).isNull());
+  EXPECT_EQ(client.command({"INCR", "n"}).integer(), 1);
+  RespValue error = client.command({"LPUSH", "k", "x"});
+  EXPECT_TRUE(error.isError());
+  EXPECT_NE(error.str().find("WRONGTYPE"), std::string::npos);
+  EXPECT_THROW(error.integer(), std::logic_error);
+
+  client.command({"HSET", "h", "f1", "a", "f2", "b"});
+  RespValue all = client.command({"HGETALL", "h"});
+  ASSERT_TRUE(all.isArray());
+  EXPECT_EQ(all.array().size(), 4u);
+  EXPECT_TRUE(client.command({"HGETALL", "nohash"}).array().empty());
+  EXPECT_EQ(client.command({"PEXPIRETIME", "k"}).integer(), -1);
+  EXPECT_EQ(client.command({"PEXPIRETIME", "missing"}).integer(), -2);
+
+  // The process answering is the one we started.
+  auto info = client.info("server");
+  EXPECT_EQ(info["process_id"], std::to_string(server.pid()));
+  EXPECT_EQ(info["tcp_port"], std::to_string(server.port()));
+
+  // A large pipeline (more than one internal chunk) in another db.
+  client.select(3);
+  std::vector<RespCommand> commands;
+  for (int i = 0; i < 10000; ++i) {
+    commands.push_back({"SET", "key:" + std::to_string(i), "value:" + std::to_string(i)});
+  }
+  auto replies = client.pipeline(commands);
+  ASSERT_EQ(replies.size(), commands.size());
+  for (const auto& reply : replies) {
+    ASSERT_EQ(reply.toString(), "OK");
+  }
+  EXPECT_EQ(client.command({"DBSIZE"}).integer(), 10000);
+  EXPECT_EQ(client.command({"GET", "key:9999"}).str(), "value:9999");
+}
+
+TEST(RedisServerTest, StopAndRestartOnTheSamePort) {
+  RedisServer server;
+  const uint16_t port = server.port();
+  const pid_t first_pid = server.pid();
+  ExitStatus status = server.stop();
+  EXPECT_TRUE(status.success()) << status.describe();
+  EXPECT_FALSE(server.running());
+  EXPECT_THROW(RespClient(port, 1s), RespIoError);
+
+  server.restart();
+  EXPECT_EQ(server.port(), port);
+  EXPECT_NE(server.pid(), first_pid);
+  EXPECT_EQ(server.client().command({"PING"}).str(), "PONG");
+}
+
+TEST(RedisServerTest, ClientTimesOutInsteadOfHanging) {
+  RedisServer server;
+  RespClient client = server.client(500ms);
+  auto start = std::chrono::steady_clock::now();
+  // BLPOP with a 5 s timeout blocks the server's answer longer than the client waits.
+  EXPECT_THROW(client.command({"BLPOP", "nothing", "5"}), RespIoError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+// Native replication between two harness servers: the same waits the agent tests use
+// (connected_slaves, state=online) and absolute deadlines compared with PEXPIRETIME.
+TEST(RedisServerTest, NativeReplicationBetweenTwoServers) {
+  RedisServer master({"--repl-diskless-sync-delay", "0"});
+  RedisServer replica;
+  RespClient m = master.client();
+  RespClient r = replica.client();
+
+  ASSERT_EQ(r.command({"REPLICAOF", "127.0.0.1", std::to_string(master.port())}).str(), "OK");
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        auto replicas = replicasOf(m.info("replication"));
+        return replicas.size() == 1 && replicas[0].state == "online" &&
+               r.info("replication")["master_link_status"] == "up";
+      },
+      20s, 50ms))
+      << "replica never came online\nmaster log:\n"
+      << master.logTail() << "\nreplica log:\n"
+      << replica.logTail();
+  EXPECT_EQ(m.info("replication")["connected_slaves"], "1");
+
+  std::vector<RespCommand> writes;
+  for (int i = 0; i < 2000; ++i) {
+    std::string key = "r:" + std::to_string(i);
+    if (i % 3 == 0) {
+      writes.push_back({"SET", key, "v", "EX", std::to_string(100 + i)});
+    } else if (i % 3 == 1) {
+      writes.push_back({"HSET", key, "f", std::to_string(i)});
+    } else {
+      writes.push_back({"SET", key, "v"});
+    }
+  }
+  for (const auto& reply : m.pipeline(writes)) {
+    ASSERT_FALSE(reply.isError()) << reply.toString();
+  }
+  ASSERT_TRUE(waitUntil([&] { return r.command({"DBSIZE"}).integer() == 2000; }, 20s))
+      << "replica DBSIZE " << r.command({"DBSIZE"}).toString();
+
+  std::vector<RespCommand> reads;
+  for (int i = 0; i < 2000; ++i) {
+    reads.push_back({"PEXPIRETIME", "r:" + std::to_string(i)});
+  }
+  auto on_master = m.pipeline(reads);
+  auto on_replica = r.pipeline(reads);
+  for (int i = 0; i < 2000; ++i) {
+    // Redis replicates absolute deadlines, so they are equal to the millisecond.
+    ASSERT_EQ(on_master[i], on_replica[i]) << "r:" << i;
+    if (i % 3 == 0) {
+      ASSERT_GT(on_master[i].integer(), unixTimeMs());
+    } else {
+      ASSERT_EQ(on_master[i].integer(), -1);
+    }
+  }
+  auto stats = m.info("stats");
+  EXPECT_EQ(stats["sync_full"], "1");
+}
+
+// AgentProcess plumbing with a stand-in script, so it is proven before the agent exists.
+TEST(AgentProcessTest, TerminateReportsExitStatusAndCapturesOutput) {
+  TempDir dir("xdcr-harness");
+  const std::string fake = dir.file("fake-agent.sh");
+  writeFileText(fake,
+                "#!/bin/sh\n"
+                "trap 'echo \"fake agent: got TERM\"; exit 0' TERM\n"
+                "echo \"fake agent ready: $*\"\n"
+                "echo \"to stderr\" >&2\n"
+                "while :; do sleep 0.05; done\n");
+  ::chmod(fake.c_str(), 0755);
+  AgentProcess agent(dir.file("config.yaml"), dir.file("agent.log"), {}, fake);
+  ASSERT_TRUE(waitUntil([&] { return agent.logText().find("ready") != std::string::npos; }, 10s))
+      << agent.logText();
+  EXPECT_TRUE(agent.running());
+  ExitStatus status = agent.terminate(10s);
+  EXPECT_TRUE(status.success()) << status.describe();
+  EXPECT_FALSE(status.forced);
+  const std::string log = agent.logText();
+  EXPECT_NE(log.find("fake agent ready: run -c " + dir.file("config.yaml")), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("to stderr"), std::string::npos) << log;
+  EXPECT_NE(log.find("got TERM"), std::string::npos) << log;
+}
+
+TEST(AgentProcessTest, TerminateKillsAnAgentThatIgnoresSigterm) {
+  TempDir dir("xdcr-harness");
+  const std::string fake = dir.file("stubborn-agent.sh");
+  writeFileText(fake,
+                "#!/bin/sh\n"
+                "trap '' TERM\n"
+                "echo ready\n"
+                "while :; do sleep 0.05; done\n");
+  ::chmod(fake.c_str(), 0755);
+  AgentProcess agent(dir.file("config.yaml"), dir.file("agent.log"), {}, fake);
+  ASSERT_TRUE(waitUntil([&] { return agent.logText().find("ready") != std::string::npos; }, 10s));
+  auto start = std::chrono::steady_clock::now();
+  ExitStatus status = agent.terminate(500ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_TRUE(status.forced);
+  EXPECT_FALSE(status.exited);
+  EXPECT_EQ(status.signal, SIGKILL);
+  EXPECT_FALSE(agent.running());
+}
+
+}  // namespace
+}  // namespace xdcr::test

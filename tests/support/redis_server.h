@@ -1,0 +1,75 @@
+#pragma once
+// A real redis-server (Debian's, from PATH) on 127.0.0.1 with its own temporary directory.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/support/resp_client.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace xdcr::test {
+
+/** One `slaveN:ip=...,port=...,state=...,offset=...,lag=...` line of INFO replication. */
+struct ReplicaInfo {
+  std::string name;  // "slave0"
+  std::string ip;
+  int port = 0;
+  std::string state;  // wait_bgsave, send_bulk, online, ...
+  int64_t offset = 0;
+  int64_t lag = 0;
+};
+
+/** The replicas a master lists in its INFO replication (as returned by RespClient::info()). */
+std::vector<ReplicaInfo> replicasOf(const std::map<std::string, std::string>& replication_info);
+
+class RedisServer {
+ public:
+  /**
+   * Starts `redis-server --bind 127.0.0.1 --port P --save '' --appendonly no --dir DIR
+   * --daemonize no --logfile DIR/redis.log <extra_args>` on a free port, retrying with another
+   * port when the start fails (the port can be taken between freePort() and the bind), and waits
+   * until this very process (checked by INFO process_id) answers PING. Throws std::runtime_error
+   * with the server's log tail when no attempt succeeds within `start_timeout` each.
+   */
+  explicit RedisServer(std::vector<std::string> extra_args = {},
+                       std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  pid_t pid() const { return process_.pid(); }
+  /** "127.0.0.1:<port>". */
+  std::string address() const;
+  const std::string& dir() const { return dir_.path(); }
+  bool running() { return process_.running(); }
+
+  /** SIGTERM, wait up to `grace`, then SIGKILL. Safe to call twice. */
+  ExitStatus stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+  /** stop() then start again on the same port with the same arguments (the data set is lost:
+   * there is no persistence). Throws if it does not come back within the start timeout. */
+  void restart();
+
+  /** A new client connection to this server. */
+  RespClient client(std::chrono::milliseconds io_timeout = std::chrono::seconds(10)) const;
+  /** The last lines of redis.log (and of the captured stdout/stderr, when not empty). */
+  std::string logTail(size_t lines = 40) const;
+
+ private:
+  /** One start attempt on `port`; on failure stops the process and explains why in `why`. */
+  bool startOn(uint16_t port, std::string* why);
+
+  TempDir dir_;
+  std::vector<std::string> extra_args_;
+  std::chrono::milliseconds start_timeout_;
+  uint16_t port_ = 0;
+  Subprocess process_;
+};
+
+}  // namespace xdcr::test
