@@ -1,0 +1,177 @@
+// The source side against real redis-servers: both snapshot framings are consumed byte-exactly
+// (the offsets the agent acknowledges equal the source's own master_repl_offset), WAIT on the
+// source is answered through GETACK, and a refused PSYNC turns into a full resync by itself.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/support/harness.h"
+
+namespace xdcr::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string configYaml(const std::string& state_dir, uint16_t src, uint16_t dst) {
+  return "agent:\n  state_dir: " + state_dir +
+         "\n  log_level: debug\n"
+         "clusters:\n"
+         "  src: {type: redis, address: \"127.0.0.1:" + std::to_string(src) + "\"}\n"
+         "  dst: {type: redis, address: \"127.0.0.1:" + std::to_string(dst) + "\"}\n"
+         "pipelines:\n  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n";
+}
+
+int64_t infoInt(RespClient& c, const std::string& section, const std::string& key) {
+  auto info = c.info(section);
+  auto it = info.find(key);
+  return it == info.end() ? -1 : std::stoll(it->second);
+}
+
+/** The agent as the source sees it: online, and how far it has acknowledged. */
+std::optional<ReplicaInfo> agentReplica(RedisServer& source) {
+  auto replicas = replicasOf(source.client().info("replication"));
+  if (replicas.empty()) return std::nullopt;
+  return replicas.front();
+}
+
+class SourceFramingTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    const bool diskless = GetParam();
+    source_ = std::make_unique<RedisServer>(std::vector<std::string>{
+        "--repl-diskless-sync", diskless ? "yes" : "no", "--repl-diskless-sync-delay", "0",
+        "--rdbcompression", "yes"});
+    target_ = std::make_unique<RedisServer>();
+    // A snapshot that is not empty: strings of every encoding, a hash, keys with deadlines.
+    RespClient c = source_->client();
+    std::vector<RespCommand> fill;
+    for (int i = 0; i < 500; ++i) {
+      std::string k = "pre:" + std::to_string(i);
+      fill.push_back({"SET", k, i % 3 == 0 ? std::string(300, 'a') : std::to_string(i)});
+      if (i % 2 == 0) fill.push_back({"PEXPIRE", k, "600000"});
+      fill.push_back({"HSET", "preh:" + std::to_string(i % 20), "f" + std::to_string(i), "v"});
+    }
+    c.pipeline(fill);
+    state_dir_ = dir_.file("state");
+    config_ = dir_.file("xdcr.yaml");
+    writeFileText(config_, configYaml(state_dir_, source_->port(), target_->port()));
+  }
+
+  void startAgent(const std::string& log) {
+    agent_ = std::make_unique<AgentProcess>(config_, dir_.file(log));
+    bool online = waitUntil(
+        [&] {
+          auto r = agentReplica(*source_);
+          return r && r->state == "online";
+        },
+        30s);
+    ASSERT_TRUE(online) << "agent not online; " << agent_->describeState() << "\n"
+                        << agent_->logTail();
+  }
+
+  /** The agent has acknowledged exactly the source's whole stream. */
+  void expectOffsetsEqual() {
+    RespClient c = source_->client();
+    int64_t master = -1;
+    bool equal = waitUntil(
+        [&] {
+          master = infoInt(c, "replication", "master_repl_offset");
+          auto r = agentReplica(*source_);
+          return r && r->offset == master;
+        },
+        15s, 100ms);
+    auto r = agentReplica(*source_);
+    ASSERT_TRUE(equal) << "source master_repl_offset " << master << ", agent acknowledged "
+                       << (r ? r->offset : -1) << "\n"
+                       << agent_->logTail();
+  }
+
+  TempDir dir_{"xdcr-source"};
+  std::unique_ptr<RedisServer> source_, target_;
+  std::unique_ptr<AgentProcess> agent_;
+  std::string state_dir_, config_;
+};
+
+TEST_P(SourceFramingTest, SnapshotSkippedByteExactlyThenStreamApplied) {
+  ASSERT_NO_FATAL_FAILURE(startAgent("agent.log"));
+  RespClient src = source_->client();
+  RespClient dst = target_->client();
+  std::vector<RespCommand> writes;
+  for (int i = 0; i < 200; ++i) {
+    writes.push_back({"SET", "post:" + std::to_string(i), std::string(i, 'x'), "PX", "600000"});
+  }
+  src.pipeline(writes);
+  ASSERT_TRUE(waitUntil([&] { return dst.command({"EXISTS", "post:199"}).integer() == 1; }, 15s))
+      << agent_->logTail();
+  for (int i = 0; i < 200; ++i) {
+    std::string k = "post:" + std::to_string(i);
+    ASSERT_EQ(dst.command({"GET", k}).str(), std::string(i, 'x')) << k;
+    ASSERT_EQ(dst.command({"PEXPIRETIME", k}).integer(),
+              src.command({"PEXPIRETIME", k}).integer())
+        << k;
+  }
+  ASSERT_NO_FATAL_FAILURE(expectOffsetsEqual());
+  // The agent logged which framing it got.
+  EXPECT_NE(agent_->logText().find("full resync"), std::string::npos);
+}
+
+TEST_P(SourceFramingTest, WaitOnTheSourceIsAnsweredWithTheAppliedOffset) {
+  ASSERT_NO_FATAL_FAILURE(startAgent("agent.log"));
+  RespClient src = source_->client();
+  // WAIT on the connection that wrote makes the source put REPLCONF GETACK * in the stream.
+  src.command({"SET", "w1", "v", "PX", "600000"});
+  auto acked = src.command({"WAIT", "1", "5000"});
+  ASSERT_TRUE(acked.isInteger()) << acked.toString();
+  EXPECT_EQ(acked.integer(), 1) << "WAIT timed out: GETACK not answered\n" << agent_->logTail();
+  // The ACK means "on the target": the key is there once WAIT returned.
+  EXPECT_EQ(target_->client().command({"EXISTS", "w1"}).integer(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Framing, SourceFramingTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Diskless" : "DiskLen"; });
+
+TEST(SourceResync, RefusedPartialResyncBecomesAFullResync) {
+  TempDir dir("xdcr-resync");
+  RedisServer source({"--repl-diskless-sync-delay", "0"});
+  RedisServer target;
+  const std::string config = dir.file("xdcr.yaml");
+  writeFileText(config, configYaml(dir.file("state"), source.port(), target.port()));
+  {
+    AgentProcess agent(config, dir.file("agent-1.log"));
+    ASSERT_TRUE(waitUntil(
+        [&] {
+          auto r = agentReplica(source);
+          return r && r->state == "online";
+        },
+        30s))
+        << agent.logTail();
+    source.client().command({"SET", "before", "v"});
+    ASSERT_TRUE(waitUntil(
+        [&] { return target.client().command({"EXISTS", "before"}).integer() == 1; }, 10s));
+    ASSERT_TRUE(agent.terminate().success()) << agent.logTail();
+  }
+  // A source restarted without persistence has a new replication id: the checkpoint's history
+  // is gone, PSYNC is refused, and the agent must full-sync on its own.
+  source.restart();
+  AgentProcess agent(config, dir.file("agent-2.log"));
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        auto r = agentReplica(source);
+        return r && r->state == "online";
+      },
+      30s))
+      << agent.logTail();
+  RespClient src = source.client();
+  EXPECT_EQ(infoInt(src, "stats", "sync_full"), 1);
+  EXPECT_EQ(infoInt(src, "stats", "sync_partial_err"), 1);
+  src.command({"SET", "after", "v", "PX", "600000"});
+  ASSERT_TRUE(
+      waitUntil([&] { return target.client().command({"EXISTS", "after"}).integer() == 1; }, 10s))
+      << agent.logTail();
+  EXPECT_NE(agent.logText().find("refused partial resync"), std::string::npos) << agent.logTail();
+  ASSERT_TRUE(agent.terminate().success());
+}
+
+}  // namespace
+}  // namespace xdcr::test
