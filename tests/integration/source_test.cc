@@ -35,6 +35,16 @@ std::optional<ReplicaInfo> agentReplica(RedisServer& source) {
   return replicas.front();
 }
 
+/** Waits until the source lists the agent as an online replica. */
+bool waitAgentOnline(RedisServer& source) {
+  return waitUntil(
+      [&] {
+        auto r = agentReplica(source);
+        return r && r->state == "online";
+      },
+      30s);
+}
+
 class SourceFramingTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
@@ -60,13 +70,7 @@ class SourceFramingTest : public ::testing::TestWithParam<bool> {
 
   void startAgent(const std::string& log) {
     agent_ = std::make_unique<AgentProcess>(config_, dir_.file(log));
-    bool online = waitUntil(
-        [&] {
-          auto r = agentReplica(*source_);
-          return r && r->state == "online";
-        },
-        30s);
-    ASSERT_TRUE(online) << "agent not online; " << agent_->describeState() << "\n"
+    ASSERT_TRUE(waitAgentOnline(*source_)) << "agent not online; " << agent_->describeState() << "\n"
                         << agent_->logTail();
   }
 
@@ -139,13 +143,7 @@ TEST(SourceResync, RefusedPartialResyncBecomesAFullResync) {
   writeFileText(config, configYaml(dir.file("state"), source.port(), target.port()));
   {
     AgentProcess agent(config, dir.file("agent-1.log"));
-    ASSERT_TRUE(waitUntil(
-        [&] {
-          auto r = agentReplica(source);
-          return r && r->state == "online";
-        },
-        30s))
-        << agent.logTail();
+    ASSERT_TRUE(waitAgentOnline(source)) << agent.logTail();
     source.client().command({"SET", "before", "v"});
     ASSERT_TRUE(waitUntil(
         [&] { return target.client().command({"EXISTS", "before"}).integer() == 1; }, 10s));
@@ -155,13 +153,7 @@ TEST(SourceResync, RefusedPartialResyncBecomesAFullResync) {
   // is gone, PSYNC is refused, and the agent must full-sync on its own.
   source.restart();
   AgentProcess agent(config, dir.file("agent-2.log"));
-  ASSERT_TRUE(waitUntil(
-      [&] {
-        auto r = agentReplica(source);
-        return r && r->state == "online";
-      },
-      30s))
-      << agent.logTail();
+  ASSERT_TRUE(waitAgentOnline(source)) << agent.logTail();
   RespClient src = source.client();
   EXPECT_EQ(infoInt(src, "stats", "sync_full"), 1);
   EXPECT_EQ(infoInt(src, "stats", "sync_partial_err"), 1);
