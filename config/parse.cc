@@ -792,10 +792,12 @@ void parseBuckets(const Entry& section, const std::string& cluster_name,
     MapReader reader(item, "in bucket", {"db", "max_ttl", "collections"}, diags);
     BucketConfig bucket;
     bucket.mark = mark;
-    std::optional<int64_t> db;
+    // -1 = not given or invalid (a plain int: GCC 12 warns falsely about optional<int64_t> here).
+    int64_t db_value = -1;
     if (const Entry* e = reader.require("db", "db: 0", diags)) {
-      db = readInt(e->value, e->value_mark, "db", 0, kMaxDb, diags);
+      std::optional<int64_t> db = readInt(e->value, e->value_mark, "db", 0, kMaxDb, diags);
       if (db) {
+        db_value = *db;
         auto [it, inserted] = seen_dbs.emplace(static_cast<int>(*db), e->value_mark);
         if (!inserted) {
           diags.error(e->value_mark, "duplicate bucket for db " + std::to_string(*db) +
@@ -814,8 +816,8 @@ void parseBuckets(const Entry& section, const std::string& cluster_name,
     if (const Entry* e = reader.get("collections")) {
       parseCollections(*e, bucket, diags);
     }
-    if (db) {
-      bucket.db = static_cast<int>(*db);
+    if (db_value >= 0) {
+      bucket.db = static_cast<int>(db_value);
       buckets.push_back(std::move(bucket));
     }
   }

@@ -47,7 +47,9 @@ TEST(ExpiryIndex, MatchesAReferenceMapUnderRandomOperations) {
       auto e = idx.get(2, key);
       auto it = ref.find(key);
       ASSERT_EQ(e.state == State::Live, it != ref.end()) << key;
-      if (it != ref.end()) ASSERT_EQ(e.ms, it->second);
+      if (it != ref.end()) {
+        ASSERT_EQ(e.ms, it->second);
+      }
     }
   }
   EXPECT_EQ(idx.size(), ref.size());
