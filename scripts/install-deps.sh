@@ -8,7 +8,7 @@ PACKAGES=(
   g++ cmake ninja-build ccache pkg-config git
   # libraries (Debian's, never downloaded at build time)
   libboost1.81-dev libyaml-cpp-dev libssl-dev libspdlog-dev libfmt-dev libcli11-dev
-  nlohmann-json3-dev libexpected-dev libre2-dev libxxhash-dev
+  nlohmann-json3-dev libexpected-dev libre2-dev libxxhash-dev liblzf-dev
   # tests
   googletest libgtest-dev libgmock-dev
   # the clusters the tests and the demo run on
