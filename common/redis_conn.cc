@@ -138,11 +138,12 @@ net::awaitable<Result<std::string>> RedisConnection::readLine(std::chrono::milli
 }
 
 net::awaitable<Result<resp::ReplyInfo>> RedisConnection::call(
-    std::vector<std::string_view> args, std::chrono::milliseconds timeout) {
+    std::vector<std::string_view> args, std::chrono::milliseconds timeout, bool collect_elements) {
   std::string out;
   resp::appendCommand(out, args);
   if (auto w = co_await writeAll(out); !w) co_return fail(w.error());
   resp::ReplyInfo info;
+  info.collect = collect_elements;
   for (;;) {
     auto pr = resp::parseReply(buf_.data(), info);
     if (pr.status == resp::ParseStatus::Complete) {

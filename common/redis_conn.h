@@ -57,7 +57,8 @@ class RedisConnection {
                               std::chrono::milliseconds timeout);
   /** Sends one command and waits for its reply. For handshakes, not for the fast path. */
   net::awaitable<Result<resp::ReplyInfo>> call(std::vector<std::string_view> args,
-                                               std::chrono::milliseconds timeout);
+                                               std::chrono::milliseconds timeout,
+                                               bool collect_elements = false);
   /** Reads one CRLF line (without CRLF), skipping bare "\n" keepalives before it. */
   net::awaitable<Result<std::string>> readLine(std::chrono::milliseconds timeout);
 

@@ -65,6 +65,8 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
       if (top) {
         info.type = ReplyType::SimpleString;
         info.text.assign(line.substr(0, 256));
+      } else if (info.collect && depth == 1 && info.elements.size() < 64) {
+        info.elements.emplace_back(line.substr(0, 256));
       }
       pos = end;
       return ParseResult{ParseStatus::Complete, 0, 0, {}};
@@ -102,6 +104,8 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
       if (top) {
         info.type = ReplyType::Bulk;
         info.text.assign(data.substr(end, std::min<size_t>(len, 256)));
+      } else if (info.collect && depth == 1 && info.elements.size() < 64) {
+        info.elements.emplace_back(data.substr(end, std::min<size_t>(len, 256)));
       }
       pos = total;
       return ParseResult{ParseStatus::Complete, 0, 0, {}};
@@ -172,6 +176,7 @@ ParseResult parseReply(std::string_view data, ReplyInfo& info) {
   info.has_error = false;
   info.text.clear();
   info.integer = 0;
+  info.elements.clear();
   size_t pos = 0;
   ParseResult r = parseValue(data, pos, info, 0, true);
   if (r.status == ParseStatus::Complete) r.consumed = pos;

@@ -60,6 +60,10 @@ struct ReplyInfo {
       (truncated to 256 bytes) — for handshake replies and diagnostics. */
   std::string text;
   int64_t integer = 0;
+  /** Set `collect` to receive the bulk/simple-string elements of a top-level array (at most
+      64, each truncated to 256 bytes), e.g. for CONFIG GET. Off on the hot path. */
+  bool collect = false;
+  std::vector<std::string> elements;
 };
 
 /** Parses one reply of any type starting at `data[0]`, filling `info`. */

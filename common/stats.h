@@ -42,7 +42,9 @@ struct PipelineStats {
   uint64_t checkpoint_failures = 0;
   uint64_t target_errors = 0;
   uint64_t reconnects = 0;
-  uint64_t snapshot_bytes_skipped = 0;
+  uint64_t snapshot_keys_restored = 0;
+  uint64_t snapshot_keys_expired = 0;
+  uint64_t snapshot_keys_failed = 0;
 
   void count(EventKind k) { ++source_events[idx(k)]; }
   void count(WriteOp op) { ++target_writes[idx(op)]; }

@@ -136,4 +136,17 @@ Status CheckpointStore::commit(const Checkpoint& cp, const filters::ExpiryIndex&
   return Status{};
 }
 
+Status CheckpointStore::remove() const {
+  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
+    return fail(Error::storage(fmt::format("cannot remove checkpoint {}: {}", path_,
+                                           std::strerror(errno))));
+  }
+  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status{};
+}
+
 }  // namespace xdcr::replicator

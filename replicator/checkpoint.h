@@ -37,6 +37,9 @@ class CheckpointStore {
   /** Writes a checkpoint atomically. */
   Status commit(const Checkpoint& cp, const filters::ExpiryIndex& index) const;
 
+  /** Deletes the checkpoint (durably). No checkpoint is not an error. */
+  Status remove() const;
+
   const std::string& path() const { return path_; }
 
  private:

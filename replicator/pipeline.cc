@@ -25,27 +25,6 @@ constexpr double kTargetStallLimitS = 60;
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int64_t kTombstonePurgeMs = 5 * 60 * 1000;
 
-/** The snapshot of a full resync, counted and skipped (its content: the full-sync issue). */
-class SkippingSnapshotSink final : public source::SnapshotSink {
- public:
-  SkippingSnapshotSink(PipelineStats& stats, std::string name)
-      : stats_(stats), name_(std::move(name)) {}
-  void begin(const source::Position& at, uint64_t total) override {
-    spdlog::warn("pipeline {}: full resync at {}:{}; the snapshot's keys are NOT copied to the "
-                 "target yet (only the stream after it is)",
-                 name_, at.replid, at.offset);
-  }
-  Status data(std::string_view chunk) override {
-    stats_.snapshot_bytes_skipped += chunk.size();
-    return Status{};
-  }
-  Status end() override { return Status{}; }
-
- private:
-  PipelineStats& stats_;
-  std::string name_;
-};
-
 bool isGetAck(const source::Entry& e) {
   return e.args.size() >= 2 && resp::iequals(e.args[0], "replconf") &&
          resp::iequals(e.args[1], "getack");
@@ -161,15 +140,22 @@ net::awaitable<bool> Pipeline::run() {
 
 net::awaitable<Status> Pipeline::session() {
   state_ = PipelineState::Starting;
-  const std::string label_src =
-      fmt::format("pipeline {}: source {} ({})", pipeline_.name, source_cluster_.name,
-                  source_cluster_.address());
   const std::string label_dst =
       fmt::format("pipeline {}: target {} ({})", pipeline_.name, target_cluster_.name,
                   target_cluster_.address());
   target::RedisTarget target(ex_, target_cluster_, label_dst, stats_);
   if (auto r = co_await target.connect(); !r) co_return r;
+  // The target's writer and reader run from the start: a full sync writes through them too.
+  auto result =
+      co_await (sourceSide(target) || target.runWriter() || target.runReader());
+  target.close();
+  co_return std::visit([](auto& s) { return s; }, result);
+}
 
+net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
+  const std::string label_src =
+      fmt::format("pipeline {}: source {} ({})", pipeline_.name, source_cluster_.name,
+                  source_cluster_.address());
   source::RedisSource source(ex_, source_cluster_, label_src);
   live_source_ = &source;
   struct Clear {
@@ -178,35 +164,48 @@ net::awaitable<Status> Pipeline::session() {
   } clear{live_source_};
   if (stopping_) co_return Status{};
 
-  SkippingSnapshotSink sink(stats_, pipeline_.name);
-  const bool resuming = resume_.has_value();
-  auto kind = co_await source.start(resuming ? &resume_->position : nullptr, sink);
-  if (!kind) co_return fail(kind.error());
-
   filters::StreamFilter filter(pipeline_, index_, source_clock_, stats_);
+  target::Applier applier(policy_, rewriter_, filter, target_clock_, stats_);
+  SnapshotLoader loader(pipeline_.name, filter, index_, applier, target, stats_, progress_,
+                        [this]() -> Status {
+                          // From here until the snapshot is applied no checkpoint is valid: a
+                          // crash in between must start a new full sync, not resume the old
+                          // history over a half-written snapshot.
+                          state_ = PipelineState::FullSync;
+                          index_.clearAll();
+                          resume_.reset();
+                          return store_.remove();
+                        });
+  std::optional<source::Position> resume_at;
+  int resume_db = 0;
+  if (resume_) {
+    resume_at = resume_->position;
+    resume_db = resume_->db;
+  }
+  auto kind = co_await source.start(resume_at ? &*resume_at : nullptr, loader);
+  if (!kind) {
+    source.close();
+    co_return fail(kind.error());
+  }
   if (*kind == source::SyncKind::Partial) {
     ++stats_.partial_syncs;
-    filter.setCurrentDb(resume_->db);
+    filter.setCurrentDb(resume_db);
   } else {
     ++stats_.full_syncs;
-    index_.clearAll();  // the snapshot was not indexed: start from what the stream says
-    filter.setCurrentDb(0);
+    filter.setCurrentDb(0);  // the stream after a full sync starts with SELECT
   }
   target.resetOffset(source.position().offset);
   source_offset_ = applied_offset_ = source.position().offset;
   if (*kind == source::SyncKind::Full) {
-    // Persist the new history at once, so that a restart resumes it instead of syncing again.
+    // The snapshot is acknowledged (SnapshotLoader::end drained the target): persist the new
+    // history at once, so that a restart resumes it instead of syncing again.
     if (auto c = checkpointNow(source, target, filter); !c) co_return c;
   }
-  target::Applier applier(policy_, rewriter_, filter, target_clock_, stats_);
   state_ = PipelineState::Streaming;
   spdlog::info("pipeline {}: streaming from {}:{}", pipeline_.name, source.position().replid,
                source.position().offset);
-
   auto result = co_await (readLoop(source, target, filter, applier) ||
-                          ackLoop(source, target, filter) || target.runWriter() ||
-                          target.runReader());
-  target.close();
+                          ackLoop(source, target, filter));
   source.close();
   co_return std::visit([](auto& s) { return s; }, result);
 }

@@ -28,6 +28,7 @@
 #include "filters/expiry_index.h"
 #include "filters/stream_filter.h"
 #include "replicator/checkpoint.h"
+#include "replicator/snapshot_loader.h"
 #include "source/redis_source.h"
 #include "target/applier.h"
 #include "target/max_ttl.h"
@@ -54,9 +55,11 @@ class Pipeline {
   uint64_t sourceOffset() const { return source_offset_; }
   uint64_t appliedOffset() const { return applied_offset_; }
   const std::string& lastError() const { return last_error_; }
+  const SnapshotProgress& snapshotProgress() const { return progress_; }
 
  private:
   net::awaitable<Status> session();
+  net::awaitable<Status> sourceSide(target::RedisTarget& target);
   net::awaitable<Status> readLoop(source::RedisSource& source, target::RedisTarget& target,
                                   filters::StreamFilter& filter, target::Applier& applier);
   net::awaitable<Status> ackLoop(source::RedisSource& source, target::RedisTarget& target,
@@ -79,6 +82,7 @@ class Pipeline {
   filters::ExpiryIndex index_;
   std::optional<Checkpoint> resume_;
   PipelineStats stats_;
+  SnapshotProgress progress_;
 
   PipelineState state_ = PipelineState::Starting;
   bool stopping_ = false;

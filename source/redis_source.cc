@@ -115,26 +115,37 @@ net::awaitable<Status> RedisSource::receiveSnapshot(SnapshotSink& sink) {
   if (!header) co_return fail(header.error());
   std::string_view h = *header;
   auto& buf = conn_.buffer();
+  auto offer = [&](std::string_view avail, bool last) -> net::awaitable<Result<size_t>> {
+    auto n = co_await sink.data(avail, last);
+    if (!n) co_return n;
+    if (last && *n != avail.size()) {
+      co_return fail(Error::protocol(fmt::format(
+          "{}: snapshot ended with {} bytes that are not a complete item", label,
+          avail.size() - *n)));
+    }
+    buf.consume(*n);
+    co_return n;
+  };
   if (h.rfind("$EOF:", 0) == 0) {
     std::string mark(h.substr(5));
     if (mark.size() != kEofMarkLength) {
       co_return fail(Error::protocol(fmt::format("{}: bad snapshot EOF marker", label)));
     }
-    sink.begin(pos_, 0);
+    if (auto b = co_await sink.begin(pos_, 0); !b) co_return b;
     // The snapshot ends with the marker; the source sends nothing after it until our ACK, so
-    // the marker is found at the end of what has been read. Hand over everything but a tail
-    // that could be the start of the marker.
+    // the marker is found at the end of what has been read. A tail that could be the start of
+    // the marker is never offered.
     for (;;) {
       auto d = buf.data();
-      if (d.size() >= kEofMarkLength && d.substr(d.size() - kEofMarkLength) == mark) {
-        if (auto r = sink.data(d.substr(0, d.size() - kEofMarkLength)); !r) co_return r;
-        buf.consume(d.size());
-        break;
-      }
-      if (d.size() > kEofMarkLength) {
-        size_t n = d.size() - kEofMarkLength;
-        if (auto r = sink.data(d.substr(0, n)); !r) co_return r;
-        buf.consume(n);
+      bool complete = d.size() >= kEofMarkLength && d.substr(d.size() - kEofMarkLength) == mark;
+      if (d.size() > kEofMarkLength || complete) {
+        auto avail = d.substr(0, d.size() - kEofMarkLength);
+        auto n = co_await offer(avail, complete);
+        if (!n) co_return fail(n.error());
+        if (complete) {
+          buf.consume(kEofMarkLength);
+          break;
+        }
       }
       if (auto r = co_await conn_.readSome(); !r) co_return fail(r.error());
     }
@@ -143,25 +154,24 @@ net::awaitable<Status> RedisSource::receiveSnapshot(SnapshotSink& sink) {
     if (!parseU64(h.substr(1), len)) {
       co_return fail(Error::protocol(fmt::format("{}: bad snapshot length \"{}\"", label, h)));
     }
-    sink.begin(pos_, len);
+    if (auto b = co_await sink.begin(pos_, len); !b) co_return b;
     uint64_t left = len;
     while (left > 0) {
       auto d = buf.data();
       size_t n = static_cast<size_t>(std::min<uint64_t>(left, d.size()));
       if (n > 0) {
-        if (auto r = sink.data(d.substr(0, n)); !r) co_return r;
-        buf.consume(n);
-        left -= n;
+        auto used = co_await offer(d.substr(0, n), n == left);
+        if (!used) co_return fail(used.error());
+        left -= *used;
+        if (left == 0) break;
       }
-      if (left > 0) {
-        if (auto r = co_await conn_.readSome(); !r) co_return fail(r.error());
-      }
+      if (auto r = co_await conn_.readSome(); !r) co_return fail(r.error());
     }
   } else {
     co_return fail(Error::protocol(fmt::format("{}: unexpected snapshot header \"{}\"", label, h)));
   }
   buf.shrinkIfIdle(1 << 20);
-  co_return sink.end();
+  co_return co_await sink.end();
 }
 
 Result<bool> RedisSource::nextUnit(Unit& u) {

@@ -49,16 +49,24 @@ struct Unit {
   std::vector<resp::ArgSpan> spans;
 };
 
-/** Receives the snapshot of a full resync. The default implementation skips it. */
+/**
+ * Receives the snapshot (an RDB) of a full resync. Pull-based, so that memory stays bounded and
+ * the target can push back: data() is offered the bytes buffered so far and consumes what it
+ * can; what it leaves is offered again, with more, on the next call.
+ */
 class SnapshotSink {
  public:
   virtual ~SnapshotSink() = default;
   /** `total_bytes` is known for the `$len` framing, 0 for the diskless `$EOF:` framing. */
-  virtual void begin(const Position& at, uint64_t total_bytes) = 0;
-  /** Raw RDB bytes, in order. */
-  virtual Status data(std::string_view chunk) = 0;
-  /** The whole RDB was received. */
-  virtual Status end() = 0;
+  virtual net::awaitable<Status> begin(const Position& at, uint64_t total_bytes) = 0;
+  /**
+   * `available`: snapshot bytes from where the last call stopped. `last`: they are all that is
+   * left, so everything must be consumed. Returns how many bytes were consumed. The view is
+   * valid only during the call.
+   */
+  virtual net::awaitable<Result<size_t>> data(std::string_view available, bool last) = 0;
+  /** The whole snapshot was consumed. */
+  virtual net::awaitable<Status> end() = 0;
 };
 
 enum class SyncKind { Partial, Full };

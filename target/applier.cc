@@ -1,6 +1,7 @@
 #include "target/applier.h"
 
 #include "common/resp.h"
+#include "source/rdb.h"
 
 namespace xdcr::target {
 
@@ -254,6 +255,10 @@ void Applier::apply(const source::Change& c) {
       break;
   }
 
+  endEntry(needs_atomic);
+}
+
+void Applier::endEntry(bool needs_atomic) {
   unit_.append(select_);
   unit_cmds_ += select_cmds_;
   if (needs_atomic && !transaction_) {
@@ -397,6 +402,60 @@ void Applier::applyFlush(const source::Change& c) {
     bulk("FLUSHDB");
   }
   stats_.count(WriteOp::Other);
+}
+
+Applier::SnapshotWrite Applier::applySnapshotKey(int source_db, std::string_view key,
+                                                 uint8_t type, std::string_view value,
+                                                 int rdb_version, int64_t expire_ms,
+                                                 int64_t idle_s, int freq) {
+  entry_.clear();
+  entry_cmds_ = 0;
+  select_.clear();
+  select_cmds_ = 0;
+  const int64_t now = target_clock_.nowMs();
+  Dest d = dest(source_db, key);
+  ensureDb(d.db);
+  int64_t t = clamp(toTarget(expire_ms), d, now);
+  SnapshotWrite result = SnapshotWrite::Restored;
+  if (t != 0 && t <= now) {
+    // Already expired (on the source, or by the target's maxTTL): never a live copy here.
+    setDeadline(d, t, now, false);
+    result = SnapshotWrite::Expired;
+  } else {
+    bool lru = idle_s >= 0, lfu = freq >= 0;
+    cmd(5 + (t ? 1 : 0) + (lru ? 2 : 0) + (lfu ? 2 : 0));
+    bulk("RESTORE");
+    bulkKey(d);
+    bulkInt(t);
+    // The DUMP payload, built in place: type, raw value, RDB version (LE), CRC64 (LE).
+    const char type_byte = static_cast<char>(type);
+    const char version[2] = {static_cast<char>(rdb_version & 0xff),
+                             static_cast<char>((rdb_version >> 8) & 0xff)};
+    uint64_t crc = source::rdb::crc64(0, &type_byte, 1);
+    crc = source::rdb::crc64(crc, value.data(), value.size());
+    crc = source::rdb::crc64(crc, version, 2);
+    entry_.push_back('$');
+    entry_.append(std::to_string(restorePayloadSize(value.size())));
+    entry_.append("\r\n");
+    entry_.push_back(type_byte);
+    entry_.append(value);
+    entry_.append(version, 2);
+    entry_.append(reinterpret_cast<const char*>(&crc), 8);  // little-endian host
+    entry_.append("\r\n");
+    bulk("REPLACE");
+    if (t) bulk("ABSTTL");
+    if (lru) {
+      bulk("IDLETIME");
+      bulkInt(idle_s);
+    }
+    if (lfu) {
+      bulk("FREQ");
+      bulkInt(freq);
+    }
+    stats_.count(WriteOp::Restore);
+  }
+  endEntry(false);
+  return result;
 }
 
 }  // namespace xdcr::target

@@ -37,6 +37,19 @@ class Applier {
   /** Appends the unit's target commands to `out`; returns how many commands (= replies). */
   size_t finishUnit(std::string& out);
 
+  enum class SnapshotWrite { Restored, Expired };
+  /**
+   * One key of a full-sync snapshot (a create, §4): `RESTORE key clamp(E) payload REPLACE
+   * [ABSTTL] [IDLETIME s] [FREQ f]`, the payload being the raw RDB value with its type, the RDB
+   * version and a CRC64; or DEL when the clamped deadline has already passed. Call between
+   * beginUnit(false) and finishUnit(). The key must have passed the filters.
+   */
+  SnapshotWrite applySnapshotKey(int source_db, std::string_view key, uint8_t type,
+                                 std::string_view value, int rdb_version, int64_t expire_ms,
+                                 int64_t idle_s, int freq);
+  /** Bytes of the RESTORE payload for a raw value of `value_size` bytes. */
+  static size_t restorePayloadSize(size_t value_size) { return 1 + value_size + 2 + 8; }
+
   /** The target connection is new: its selected db is unknown (0 after connect). */
   void resetTargetDb() { target_db_ = 0; }
   /**
@@ -72,6 +85,7 @@ class Applier {
   void applyRestore(const source::Change& c, const source::Event& ev, int64_t now);
   void applyMoveOrCopy(const source::Change& c, const source::Event& ev, int64_t now);
   void applyFlush(const source::Change& c);
+  void endEntry(bool needs_atomic);
 
   const MaxTtlPolicy& policy_;
   const filters::KeyRewriter& rewriter_;

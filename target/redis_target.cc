@@ -1,5 +1,7 @@
 #include "target/redis_target.h"
 
+#include <charconv>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -44,6 +46,17 @@ net::awaitable<Status> RedisTarget::connect() {
     co_return fail(Error::auth(fmt::format("{}: PING refused: {}; check the cluster's username "
                                            "and password",
                                            conn_.label(), r->text)));
+  }
+  // Values above this cannot be RESTOREd in one piece (full sync). A user without +config
+  // gets an error here: keep Redis's default then.
+  std::vector<std::string_view> get{"CONFIG", "GET", "proto-max-bulk-len"};
+  auto cfg = co_await conn_.call(get, kConnectTimeout, true);
+  if (!cfg) co_return fail(cfg.error());
+  if (!cfg->has_error && cfg->elements.size() == 2) {
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(cfg->elements[1].data(),
+                                   cfg->elements[1].data() + cfg->elements[1].size(), v);
+    if (ec == std::errc() && v > 0) max_bulk_ = v;
   }
   co_return Status{};
 }

@@ -36,8 +36,10 @@ class RedisTarget {
   RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
               PipelineStats& stats);
 
-  /** Connects, authenticates and checks the target answers PING. */
+  /** Connects, authenticates, checks the target answers PING, reads its proto-max-bulk-len. */
   net::awaitable<Status> connect();
+  /** The largest bulk string the target accepts (its proto-max-bulk-len; 512 MiB if unknown). */
+  uint64_t maxBulkLength() const { return max_bulk_; }
 
   /** Where the applier appends commands. Call commit() after appending. */
   std::string& pending() { return pending_; }
@@ -88,6 +90,7 @@ class RedisTarget {
   };
   std::deque<Mark> marks_;
   uint64_t acked_offset_ = 0;
+  uint64_t max_bulk_ = 512ULL << 20;
   Notify writer_wake_;
   Notify progress_;
   bool closing_ = false;

@@ -1,6 +1,7 @@
 // The source side against real redis-servers: both snapshot framings are consumed byte-exactly
-// (the offsets the agent acknowledges equal the source's own master_repl_offset), WAIT on the
-// source is answered through GETACK, and a refused PSYNC turns into a full resync by itself.
+// (the snapshot's keys arrive, and the offsets the agent acknowledges equal the source's own
+// master_repl_offset), WAIT on the source is answered through GETACK, and a refused PSYNC turns
+// into a full resync by itself.
 
 #include <gtest/gtest.h>
 
@@ -97,7 +98,7 @@ class SourceFramingTest : public ::testing::TestWithParam<bool> {
   std::string state_dir_, config_;
 };
 
-TEST_P(SourceFramingTest, SnapshotSkippedByteExactlyThenStreamApplied) {
+TEST_P(SourceFramingTest, SnapshotAppliedByteExactlyThenStream) {
   ASSERT_NO_FATAL_FAILURE(startAgent("agent.log"));
   RespClient src = source_->client();
   RespClient dst = target_->client();
@@ -116,8 +117,18 @@ TEST_P(SourceFramingTest, SnapshotSkippedByteExactlyThenStreamApplied) {
         << k;
   }
   ASSERT_NO_FATAL_FAILURE(expectOffsetsEqual());
-  // The agent logged which framing it got.
-  EXPECT_NE(agent_->logText().find("full resync"), std::string::npos);
+  // The snapshot's keys, with their deadlines.
+  for (int i = 0; i < 500; ++i) {
+    std::string k = "pre:" + std::to_string(i);
+    ASSERT_EQ(dst.command({"GET", k}), src.command({"GET", k})) << k;
+    ASSERT_EQ(dst.command({"PEXPIRETIME", k}), src.command({"PEXPIRETIME", k})) << k;
+  }
+  for (int i = 0; i < 20; ++i) {
+    std::string h = "preh:" + std::to_string(i);
+    ASSERT_EQ(dst.command({"HLEN", h}), src.command({"HLEN", h})) << h;
+  }
+  EXPECT_NE(agent_->logText().find("snapshot applied: 520 keys"), std::string::npos)
+      << agent_->logTail();
 }
 
 TEST_P(SourceFramingTest, WaitOnTheSourceIsAnsweredWithTheAppliedOffset) {
