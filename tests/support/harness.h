@@ -3,6 +3,8 @@
 // All processes are started with fork/exec, listen on 127.0.0.1 only, and are stopped by PID.
 
 #include "tests/support/agent_process.h"  // IWYU pragma: export
+#include "tests/support/dataset.h"        // IWYU pragma: export
+#include "tests/support/log_watcher.h"    // IWYU pragma: export
 #include "tests/support/net.h"            // IWYU pragma: export
 #include "tests/support/redis_server.h"   // IWYU pragma: export
 #include "tests/support/resp_client.h"    // IWYU pragma: export
