@@ -232,3 +232,66 @@ TEST(Reconnect, TargetAndSourceRestartsUnderARunningAgent) {
 
 }  // namespace
 }  // namespace xdcr::test
+
+namespace xdcr::test {
+namespace {
+
+// expiry-semantics.md §2: the expiry index learned from the snapshot is persisted with the
+// checkpoint and survives a restart that resumes by partial resync. An in-place write into a
+// maxTTL collection after the restart shows it: its deadline is clamp(source deadline), which is
+// the key's own 10 minutes only if the agent still knows it; without the index it would be
+// now + 1 h.
+TEST(SnapshotIndex, DeadlinesLearnedFromTheSnapshotSurviveARestart) {
+  TempDir dir("xdcr-snapindex");
+  RedisServer source({"--repl-diskless-sync-delay", "0", "--repl-backlog-size", "64mb"});
+  RedisServer target;
+  RespClient src = source.client();
+  std::vector<RespCommand> fill;
+  for (int i = 0; i < 200; ++i) {
+    fill.push_back({"SET", "pre:" + std::to_string(i), "v", "PX", "600000"});  // 10 min
+  }
+  src.pipeline(fill);
+  const std::string config = dir.file("xdcr.yaml");
+  writeFileText(config,
+                "agent: {state_dir: " + dir.file("state") +
+                    "}\n"
+                    "clusters:\n"
+                    "  src: {type: redis, address: \"127.0.0.1:" + std::to_string(source.port()) +
+                    "\"}\n"
+                    "  dst:\n"
+                    "    type: redis\n"
+                    "    address: \"127.0.0.1:" + std::to_string(target.port()) +
+                    "\"\n"
+                    "    buckets: [{db: 0, max_ttl: 0, collections: [{name: pre, keys: \"pre:*\", "
+                    "max_ttl: 1h}]}]\n"
+                    "pipelines:\n  - {name: p, source: src, target: dst}\n");
+  {
+    AgentProcess agent(config, dir.file("agent-1.log"));
+    ASSERT_TRUE(waitUntil(
+        [&] { return agent.logText().find("snapshot applied: 200 keys") != std::string::npos; },
+        30s))
+        << agent.logTail();
+    ASSERT_TRUE(agent.terminate().success()) << agent.logTail();
+  }
+  // While the agent is down: in-place writes to snapshot keys.
+  std::vector<RespCommand> appends;
+  for (int i = 0; i < 200; ++i) appends.push_back({"APPEND", "pre:" + std::to_string(i), "x"});
+  src.pipeline(appends);
+  AgentProcess agent(config, dir.file("agent-2.log"));
+  RespClient dst = target.client();
+  ASSERT_TRUE(waitUntil([&] { return dst.command({"GET", "pre:199"}).str() == "vx"; }, 30s))
+      << agent.logTail();
+  EXPECT_EQ(infoInt(src, "stats", "sync_full"), 1) << "the restart must resume, not full-sync";
+  for (int i = 0; i < 200; ++i) {
+    std::string k = "pre:" + std::to_string(i);
+    ASSERT_EQ(dst.command({"GET", k}).str(), "vx") << k;
+    int64_t want = src.command({"PEXPIRETIME", k}).integer();
+    int64_t got = dst.command({"PEXPIRETIME", k}).integer();
+    ASSERT_NEAR(got, want, 1000) << k << ": the snapshot's deadline was forgotten across the "
+                                 << "restart (now+1h would be " << unixTimeMs() + 3600000 << ")";
+  }
+  ASSERT_TRUE(agent.terminate().success());
+}
+
+}  // namespace
+}  // namespace xdcr::test
