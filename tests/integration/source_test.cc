@@ -295,3 +295,36 @@ TEST(SnapshotIndex, DeadlinesLearnedFromTheSnapshotSurviveARestart) {
 
 }  // namespace
 }  // namespace xdcr::test
+
+namespace xdcr::test {
+namespace {
+
+// A snapshot value too large for one RESTORE on the target is not dropped in silence: it is
+// logged by name and counted as failed, and everything else is copied.
+TEST(SnapshotLimits, ValuesOverTheTargetsProtoMaxBulkLenAreReportedNotDropped) {
+  TempDir dir("xdcr-oversize");
+  RedisServer source({"--repl-diskless-sync-delay", "0", "--rdbcompression", "no"});
+  RedisServer target({"--proto-max-bulk-len", "1mb"});
+  RespClient src = source.client();
+  std::string big(2 << 20, 'b');
+  for (size_t i = 0; i < big.size(); i += 97) big[i] = static_cast<char>('a' + i % 26);
+  src.command({"SET", "huge", big});
+  src.command({"SET", "small", "v"});
+  const std::string config = dir.file("xdcr.yaml");
+  writeFileText(config, configYaml(dir.file("state"), source.port(), target.port()));
+  AgentProcess agent(config, dir.file("agent.log"));
+  ASSERT_TRUE(waitUntil(
+      [&] { return agent.logText().find("snapshot applied:") != std::string::npos; }, 30s))
+      << agent.logTail();
+  const std::string log = agent.logText();
+  EXPECT_NE(log.find("snapshot applied: 1 keys, 0 expired, 1 failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("key \"huge\""), std::string::npos) << log;
+  EXPECT_NE(log.find("proto-max-bulk-len"), std::string::npos) << log;
+  RespClient dst = target.client();
+  EXPECT_EQ(dst.command({"GET", "small"}).str(), "v");
+  EXPECT_EQ(dst.command({"EXISTS", "huge"}).integer(), 0);
+  ASSERT_TRUE(agent.terminate().success());
+}
+
+}  // namespace
+}  // namespace xdcr::test
