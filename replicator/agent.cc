@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -20,8 +21,16 @@ int runAgent(config::ConfigConstSharedPtr config) {
   net::io_context ioc(1);
   clock::SystemClock clock;
   std::vector<std::unique_ptr<Pipeline>> pipelines;
+  // Test hook until the clock module measures skew (see Pipeline::setSimulatedSkewMs).
+  int64_t simulated_skew = 0;
+  if (const char* s = std::getenv("XDCR_TEST_CLOCK_SKEW_MS"); s != nullptr && *s != 0) {
+    simulated_skew = std::strtoll(s, nullptr, 10);
+    spdlog::warn("XDCR_TEST_CLOCK_SKEW_MS={}: simulating a target clock {:+} ms from the source's",
+                 s, simulated_skew);
+  }
   for (const auto& p : config->pipelines) {
     pipelines.push_back(std::make_unique<Pipeline>(ioc.get_executor(), config, p, clock));
+    pipelines.back()->setSimulatedSkewMs(simulated_skew);
   }
   spdlog::info("xdcr-agent {} ({}) starting {} pipeline(s) from {}", version(), gitRevision(),
                pipelines.size(), config->path);

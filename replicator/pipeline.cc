@@ -166,6 +166,7 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
 
   filters::StreamFilter filter(pipeline_, index_, source_clock_, stats_);
   target::Applier applier(policy_, rewriter_, filter, target_clock_, stats_);
+  applySkewPolicy(applier);
   SnapshotLoader loader(pipeline_.name, filter, index_, applier, target, stats_, progress_,
                         [this]() -> Status {
                           // From here until the snapshot is applied no checkpoint is valid: a
@@ -208,6 +209,33 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
                           ackLoop(source, target, filter));
   source.close();
   co_return std::visit([](auto& s) { return s; }, result);
+}
+
+void Pipeline::applySkewPolicy(target::Applier& applier) {
+  // Δ = target − source. Until the clock module measures θ_source and θ_target, only the test
+  // hook sets them: the source is taken to agree with this host, the target Δ ahead.
+  const int64_t delta = simulated_skew_ms_;
+  target_clock_.setOffsetMs(delta);
+  applier.setCompensationMs(0);
+  const auto& clock = config_->clock;
+  if (std::llabs(delta) <= clock.max_skew.count()) return;
+  switch (clock.on_skew) {
+    case config::SkewAction::Compensate:
+      applier.setCompensationMs(delta);
+      spdlog::warn("pipeline {}: clock skew {:+} ms (target − source) exceeds max_skew {} ms; "
+                   "compensating: every deadline is translated by {:+} ms",
+                   pipeline_.name, delta, clock.max_skew.count(), delta);
+      break;
+    case config::SkewAction::Warn:
+    case config::SkewAction::Pause:  // pausing arrives with the clock module
+      spdlog::warn("pipeline {}: clock skew {:+} ms (target − source) exceeds max_skew {} ms; "
+                   "deadlines are replicated unchanged, so documents end {} ms {} on the target "
+                   "(clock.on_skew: {})",
+                   pipeline_.name, delta, clock.max_skew.count(), std::llabs(delta),
+                   delta > 0 ? "early" : "late",
+                   clock.on_skew == config::SkewAction::Warn ? "warn" : "pause, not available yet");
+      break;
+  }
 }
 
 net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::RedisTarget& target,

@@ -48,6 +48,12 @@ class Pipeline {
   net::awaitable<bool> run();
   /** Graceful stop: stop reading, drain what is in flight to the target, checkpoint. */
   void stop();
+  /**
+   * TEST HOOK until the clock module measures skew: behave as if the target's clock had been
+   * measured `delta_ms` ahead of the source's (env XDCR_TEST_CLOCK_SKEW_MS, read by the agent).
+   * Applies clock.on_skew to it once per session.
+   */
+  void setSimulatedSkewMs(int64_t delta_ms) { simulated_skew_ms_ = delta_ms; }
 
   const std::string& name() const { return pipeline_.name; }
   PipelineState state() const { return state_; }
@@ -67,6 +73,7 @@ class Pipeline {
   Status checkpointNow(const source::RedisSource& source, const target::RedisTarget& target,
                        const filters::StreamFilter& filter);
   Status loadCheckpoint();
+  void applySkewPolicy(target::Applier& applier);
 
   net::any_io_executor ex_;
   config::ConfigConstSharedPtr config_;  // keeps pipeline_ and the cluster configs alive
@@ -96,6 +103,7 @@ class Pipeline {
   Notify stop_wake_;
   Notify ack_wake_;
   bool ack_requested_ = false;
+  int64_t simulated_skew_ms_ = 0;
 };
 
 }  // namespace xdcr::replicator
