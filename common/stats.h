@@ -36,6 +36,7 @@ struct PipelineStats {
   uint64_t expiry_clamped = 0;
   uint64_t expired_on_arrival = 0;
   uint64_t unknown_commands = 0;  // forwarded verbatim (counted, never dropped in silence)
+  uint64_t filter_splits = 0;     // commands whose keys fall on both sides of the filters
   uint64_t full_syncs = 0;
   uint64_t partial_syncs = 0;
   uint64_t checkpoints = 0;

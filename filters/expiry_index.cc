@@ -1,5 +1,6 @@
 #include "filters/expiry_index.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <xxhash.h>
@@ -137,6 +138,14 @@ void ExpiryIndex::clearDb(int db) {
     dbs_[db] = Table{};
     ++dirty_;
   }
+}
+
+void ExpiryIndex::swapDbs(int a, int b) {
+  if (a < 0 || b < 0 || a == b) return;
+  size_t need = static_cast<size_t>(std::max(a, b)) + 1;
+  if (dbs_.size() < need) dbs_.resize(need);
+  std::swap(dbs_[a], dbs_[b]);
+  ++dirty_;
 }
 
 void ExpiryIndex::clearAll() {

@@ -32,6 +32,8 @@ class ExpiryIndex {
   /** Records that the key expired at `at_ms` (source clock). */
   void tombstone(int db, std::string_view key, int64_t at_ms);
   void clearDb(int db);
+  /** SWAPDB a b. */
+  void swapDbs(int a, int b);
   void clearAll();
   /** Removes tombstones recorded before `before_ms`. */
   size_t purgeTombstones(int64_t before_ms);

@@ -89,6 +89,14 @@ void StreamFilter::process(const source::Entry& entry, source::Change& c) {
       }
       case EventKind::Other:
         stats_.count(EventKind::Other);
+        if (c.effect == Effect::SwapDb) {
+          index_.swapDbs(ev.db, ev.from_db);
+          const bool a = mapDb(ev.db) >= 0, b = mapDb(ev.from_db) >= 0;
+          ev.pass = a && b;
+          if (a != b) reportSplit(c, "one of the two dbs is not replicated");
+          if (!ev.pass) stats_.count(FilterReason::Key);
+          break;
+        }
         ++stats_.unknown_commands;
         ev.pass = mapDb(ev.db) >= 0;
         if (!ev.pass) stats_.count(FilterReason::Key);
@@ -158,14 +166,14 @@ void StreamFilter::filterKeyEvent(source::Change& c, source::Event& ev, int64_t 
     case DeadlineRule::FromKey:
       ev.deadline_ms = live(ev.from_db, ev.from_key);
       index_.set(ev.db, ev.key, ev.deadline_ms);
-      if (c.effect == Effect::Rename) index_.erase(ev.from_db, ev.from_key);
+      if (c.effect != Effect::Copy) index_.erase(ev.from_db, ev.from_key);  // RENAME, MOVE
       break;
   }
   stats_.count(ev.kind);
 
   if (ev.rule == DeadlineRule::FromKey) {
     const bool from_ok = mapDb(ev.from_db) >= 0 && keyPasses(ev.from_key);
-    if (!key_ok && from_ok && c.effect == Effect::Rename) {
+    if (!key_ok && from_ok && c.effect != Effect::Copy) {
       // The key leaves the replicated set: on the target it is simply gone.
       ev.kind = EventKind::Deletion;
       ev.rule = DeadlineRule::None;
@@ -178,6 +186,7 @@ void StreamFilter::filterKeyEvent(source::Change& c, source::Event& ev, int64_t 
     if (!key_ok || !from_ok) {
       // Either the destination is filtered out, or its content comes from a key the target
       // never received: it cannot be reproduced there.
+      if (key_ok) reportSplit(c, "it reads a key the filters exclude");
       ev.pass = false;
       stats_.count(FilterReason::Key);
       return;
@@ -186,6 +195,16 @@ void StreamFilter::filterKeyEvent(source::Change& c, source::Event& ev, int64_t 
     ev.pass = false;
     stats_.count(FilterReason::Key);
     return;
+  } else if (c.spec != nullptr && c.spec->dest_only) {
+    // *STORE, PFMERGE: the result depends on the keys read; the target must have them all.
+    for (size_t i = 1; i < c.key_args.size(); ++i) {
+      if (!keyPasses(c.arg(c.key_args[i]))) {
+        reportSplit(c, "it reads a key the filters exclude");
+        ev.pass = false;
+        stats_.count(FilterReason::Key);
+        return;
+      }
+    }
   }
 
   if (f.strip_ttl) {
@@ -195,6 +214,17 @@ void StreamFilter::filterKeyEvent(source::Change& c, source::Event& ev, int64_t 
     }
     ev.deadline_ms = 0;
     if (ev.rule == DeadlineRule::Keep) ev.rule = DeadlineRule::None;
+  }
+}
+
+void StreamFilter::reportSplit(const source::Change& c, std::string_view why) {
+  ++stats_.filter_splits;
+  uint64_t suppressed = 0;
+  if (split_log_.allow(suppressed)) {
+    spdlog::warn("pipeline {}: {} at offset {} not replicated: {}; the target's copy of its "
+                 "destination may now differ from the source (counted as a key filter){}",
+                 pipeline_.name, c.arg(0), c.entry->offset_end, why,
+                 suppressed ? fmt::format(" ({} similar suppressed)", suppressed) : "");
   }
 }
 

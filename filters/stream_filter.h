@@ -49,6 +49,8 @@ class StreamFilter {
 
  private:
   void filterKeyEvent(source::Change& c, source::Event& ev, int64_t source_now);
+  /** A command whose keys fall on both sides of the filters cannot be reproduced: say so. */
+  void reportSplit(const source::Change& c, std::string_view why);
 
   const config::PipelineConfig& pipeline_;
   ExpiryIndex& index_;
@@ -59,6 +61,7 @@ class StreamFilter {
   int db_ = 0;
   LogRateLimiter flush_log_;
   LogRateLimiter problem_log_;
+  LogRateLimiter split_log_;
 };
 
 /** key_rewrite: the first rule whose `from` is a prefix of the key maps it to `to` + rest. */

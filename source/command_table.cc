@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <cctype>
 #include <unordered_map>
 
 namespace xdcr::source {
@@ -30,7 +31,7 @@ constexpr CommandSpec kCommands[] = {
     {"setbit", E::InPlace, 1, 1, 1},
     {"bitfield", E::InPlace, 1, 1, 1},
     {"pfadd", E::InPlace, 1, 1, 1},
-    {"pfmerge", E::InPlace, 1, 1, 1},  // destination keeps its deadline
+    {"pfmerge", E::InPlace, 1, -1, 1, KeyLayout::Range, true},  // dst keeps its deadline
     // hashes
     {"hset", E::InPlace, 1, 1, 1},
     {"hsetnx", E::InPlace, 1, 1, 1},
@@ -75,17 +76,19 @@ constexpr CommandSpec kCommands[] = {
     {"xsetid", E::InPlace, 1, 1, 1},
     // geo
     {"geoadd", E::InPlace, 1, 1, 1},
-    // overwriting stores: the destination is the first key
-    {"sunionstore", E::Store, 1, 1, 1},
-    {"sinterstore", E::Store, 1, 1, 1},
-    {"sdiffstore", E::Store, 1, 1, 1},
-    {"zunionstore", E::Store, 1, 1, 1},
-    {"zinterstore", E::Store, 1, 1, 1},
-    {"zdiffstore", E::Store, 1, 1, 1},
-    {"zrangestore", E::Store, 1, 1, 1},
-    {"bitop", E::Store, 2, 2, 1},
-    {"georadius", E::Store, 1, 1, 1},  // only propagated with STORE
-    {"geosearchstore", E::Store, 1, 1, 1},
+    // overwriting stores: the destination first, then the keys they read
+    {"sunionstore", E::Store, 1, -1, 1, KeyLayout::Range, true},
+    {"sinterstore", E::Store, 1, -1, 1, KeyLayout::Range, true},
+    {"sdiffstore", E::Store, 1, -1, 1, KeyLayout::Range, true},
+    {"zunionstore", E::Store, 1, 1, 1, KeyLayout::NumKeys, true},
+    {"zinterstore", E::Store, 1, 1, 1, KeyLayout::NumKeys, true},
+    {"zdiffstore", E::Store, 1, 1, 1, KeyLayout::NumKeys, true},
+    {"zrangestore", E::Store, 1, 2, 1, KeyLayout::Range, true},
+    {"bitop", E::Store, 2, -1, 1, KeyLayout::Range, true},
+    {"geosearchstore", E::Store, 1, 2, 1, KeyLayout::Range, true},
+    {"sort", E::Store, 1, 1, 1, KeyLayout::StoreOpt, true},
+    {"georadius", E::Store, 1, 1, 1, KeyLayout::StoreOpt, true},
+    {"georadiusbymember", E::Store, 1, 1, 1, KeyLayout::StoreOpt, true},
     // expiry
     {"pexpireat", E::ExpireAt, 1, 1, 1},
     {"persist", E::Persist, 1, 1, 1},
@@ -97,6 +100,8 @@ constexpr CommandSpec kCommands[] = {
     {"rename", E::Rename, 1, 2, 1},
     {"renamenx", E::Rename, 1, 2, 1},
     {"copy", E::Copy, 1, 2, 1},
+    {"move", E::Move, 1, 1, 1},
+    {"swapdb", E::SwapDb, 0, 0, 0},
     // databases and framing
     {"flushdb", E::Flush, 0, 0, 0},
     {"flushall", E::Flush, 0, 0, 0},
@@ -127,6 +132,50 @@ class Table {
 };
 
 }  // namespace
+
+void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t argc,
+                  std::vector<uint16_t>& out) {
+  const int n = static_cast<int>(argc);
+  if (spec.first_key <= 0 || spec.first_key >= n) return;
+  auto push = [&](int i) {
+    if (i > 0 && i < n) out.push_back(static_cast<uint16_t>(i));
+  };
+  switch (spec.layout) {
+    case KeyLayout::Range: {
+      int last = spec.last_key < 0 ? n + spec.last_key : spec.last_key;
+      for (int i = spec.first_key; i <= last && i < n; i += spec.key_step) push(i);
+      return;
+    }
+    case KeyLayout::NumKeys: {
+      // [dst] numkeys k1..kn: for LMPOP (first_key == numkeys position) there is no dst.
+      int count_at = spec.effect == Effect::Store ? spec.first_key + 1 : spec.first_key - 1;
+      if (spec.effect == Effect::Store) push(spec.first_key);
+      if (count_at <= 0 || count_at >= n) return;
+      int64_t keys = 0;
+      for (char ch : args[count_at]) {
+        if (ch < '0' || ch > '9' || keys > n) return;
+        keys = keys * 10 + (ch - '0');
+      }
+      for (int i = 0; i < keys && count_at + 1 + i < n; ++i) push(count_at + 1 + i);
+      return;
+    }
+    case KeyLayout::StoreOpt: {
+      int dst = 0;
+      for (int i = spec.first_key + 1; i + 1 < n; ++i) {
+        std::string_view a = args[i];
+        if (a.size() >= 5 && a.size() <= 9) {
+          std::string lower(a);
+          for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+          if (lower == "store" || lower == "storedist") dst = i + 1;
+        }
+      }
+      if (dst == 0) return;  // no STORE: a read
+      push(dst);
+      push(spec.first_key);
+      return;
+    }
+  }
+}
 
 const CommandSpec* lookupCommand(std::string_view name) {
   static const Table table;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace xdcr::source {
 
@@ -20,6 +21,8 @@ enum class Effect : uint8_t {
   Restore,    // RESTORE k E payload [ABSTTL] [REPLACE] [IDLETIME n] [FREQ n]
   Rename,     // RENAME/RENAMENX a b: b takes a's deadline
   Copy,       // COPY a b [DB n] [REPLACE]: b gets a's deadline
+  Move,       // MOVE k db: k moves to another db with its deadline
+  SwapDb,     // SWAPDB a b: two whole dbs trade places
   Flush,      // FLUSHDB / FLUSHALL [ASYNC|SYNC]
   Select,     // SELECT db
   Multi,      // transaction start
@@ -28,9 +31,19 @@ enum class Effect : uint8_t {
   Unknown,    // not in the table: forwarded verbatim and counted
 };
 
+/** Where a command's keys are (beyond the simple range). */
+enum class KeyLayout : uint8_t {
+  Range,    // args[first], args[first+step], ... args[last] (last < 0: from the end)
+  NumKeys,  // ZUNIONSTORE dst numkeys k1..kn: dst at `first`, the count right after it
+  StoreOpt, // SORT / GEORADIUS[BYMEMBER] key ... [STORE|STOREDIST dst]: the destination follows
+            // the option (none: a read, nothing to replicate)
+};
+
 /**
  * Key positions, Redis-style: keys are args[first], args[first+step], ... up to args[last]
  * (last < 0 counts from the end: -1 = the last argument). first == 0 means no keys.
+ * `dest_only`: only the first key is written (a *STORE destination, PFMERGE); the others are
+ * read, so the target must hold them for the result to be the same.
  */
 struct CommandSpec {
   std::string_view name;  // lower case
@@ -38,7 +51,17 @@ struct CommandSpec {
   int8_t first_key;
   int8_t last_key;
   int8_t key_step;
+  KeyLayout layout = KeyLayout::Range;
+  bool dest_only = false;
 };
+
+/**
+ * Positions in `args` of every key the command names, written ones first (for a *STORE: the
+ * destination first). Appends to `out`. Malformed arguments yield fewer positions, never
+ * out-of-range ones.
+ */
+void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t argc,
+                  std::vector<uint16_t>& out);
 
 /** The spec for a command name (any case), or nullptr for a command not in the table. */
 const CommandSpec* lookupCommand(std::string_view name);

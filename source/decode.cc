@@ -33,14 +33,11 @@ Event keyless(EventKind kind, int db) {
   return ev;
 }
 
-/** Appends one event per key position of `spec`. */
-void eachKey(const CommandSpec& spec, const Entry& e, int db, EventKind kind, DeadlineRule rule,
-             std::vector<Event>& out) {
-  int n = static_cast<int>(e.args.size());
-  int last = spec.last_key < 0 ? n + spec.last_key : spec.last_key;
-  for (int i = spec.first_key; i <= last && i < n; i += spec.key_step) {
-    out.push_back(keyEvent(kind, rule, db, e, i));
-  }
+/** One event per written key: all positions, or only the first for `dest_only` commands. */
+void writtenKeys(const Change& c, const Entry& e, int db, EventKind kind, DeadlineRule rule,
+                 std::vector<Event>& out) {
+  const size_t n = (c.spec->dest_only && !c.key_args.empty()) ? 1 : c.key_args.size();
+  for (size_t i = 0; i < n; ++i) out.push_back(keyEvent(kind, rule, db, e, c.key_args[i]));
 }
 
 }  // namespace
@@ -49,9 +46,11 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
   c.entry = &e;
   c.db = db;
   c.events.clear();
+  c.key_args.clear();
   c.spec = lookupCommand(e.args[0]);
   c.effect = c.spec ? c.spec->effect : Effect::Unknown;
   const size_t argc = e.args.size();
+  if (c.spec) keyPositions(*c.spec, e.args.data(), argc, c.key_args);
   auto bad = [&](const char* what) {
     if (problem) *problem = what;
     c.effect = Effect::Unknown;
@@ -93,10 +92,11 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
     }
     case Effect::SetNoTtl:
     case Effect::Store:
-      eachKey(*c.spec, e, db, EventKind::Mutation, DeadlineRule::None, c.events);
+      writtenKeys(c, e, db, EventKind::Mutation, DeadlineRule::None, c.events);
+      if (c.events.empty()) c.effect = Effect::Heartbeat;  // SORT without STORE: a read
       return true;
     case Effect::InPlace:
-      eachKey(*c.spec, e, db, EventKind::Mutation, DeadlineRule::Current, c.events);
+      writtenKeys(c, e, db, EventKind::Mutation, DeadlineRule::Current, c.events);
       return true;
     case Effect::ExpireAt: {
       int64_t v = 0;
@@ -110,7 +110,7 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
       return true;
     case Effect::Delete:
       // Deletion or expiration: classified per key by filters/ (expiry-semantics.md §5).
-      eachKey(*c.spec, e, db, EventKind::Deletion, DeadlineRule::None, c.events);
+      writtenKeys(c, e, db, EventKind::Deletion, DeadlineRule::None, c.events);
       return true;
     case Effect::Restore: {
       int64_t ttl = 0;
@@ -134,6 +134,25 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
       Event ev = keyEvent(EventKind::Mutation, DeadlineRule::FromKey, to_db, e, 2);
       ev.from_key = e.args[1];
       ev.from_db = db;
+      c.events.push_back(ev);
+      return true;
+    }
+    case Effect::Move: {
+      int64_t to = 0;
+      if (argc < 3 || !toInt(e.args[2], to) || to < 0) return bad("bad MOVE db");
+      Event ev = keyEvent(EventKind::Mutation, DeadlineRule::FromKey, static_cast<int>(to), e, 1);
+      ev.from_key = e.args[1];
+      ev.from_db = db;
+      c.events.push_back(ev);
+      return true;
+    }
+    case Effect::SwapDb: {
+      int64_t a = 0, b = 0;
+      if (argc < 3 || !toInt(e.args[1], a) || !toInt(e.args[2], b) || a < 0 || b < 0) {
+        return bad("bad SWAPDB dbs");
+      }
+      Event ev = keyless(EventKind::Other, static_cast<int>(a));
+      ev.from_db = static_cast<int>(b);
       c.events.push_back(ev);
       return true;
     }

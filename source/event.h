@@ -47,6 +47,8 @@ struct Change {
   Effect effect = Effect::Unknown;
   int db = 0;                         // source db the command ran in
   std::vector<Event> events;          // reused between entries
+  /** Positions of every key the command names (written first, then read ones): keyPositions(). */
+  std::vector<uint16_t> key_args;
 
   std::string_view arg(size_t i) const { return entry->args[i]; }
   size_t argc() const { return entry->args.size(); }

@@ -99,16 +99,15 @@ void Applier::bulkKey(const Dest& d) {
 void Applier::forward(const source::Change& c, bool rewrite_keys) {
   const auto& args = c.entry->args;
   cmd(args.size());
-  int first = 0, last = -1, step = 1;
-  if (rewrite_keys && c.spec != nullptr && c.spec->first_key > 0 && !rewriter_.empty()) {
-    first = c.spec->first_key;
-    last = c.spec->last_key < 0 ? static_cast<int>(args.size()) + c.spec->last_key
-                                : c.spec->last_key;
-    step = c.spec->key_step;
-  }
+  // Keys are rewritten at the positions the command table gives (key_args); with no rewrite
+  // rules every argument goes out as it came.
+  const bool rewrite = rewrite_keys && !rewriter_.empty() && !c.key_args.empty();
   for (size_t i = 0; i < args.size(); ++i) {
-    int ii = static_cast<int>(i);
-    if (first > 0 && ii >= first && ii <= last && (ii - first) % step == 0) {
+    bool is_key = false;
+    if (rewrite) {
+      for (auto k : c.key_args) is_key = is_key || k == i;
+    }
+    if (is_key) {
       auto [prefix, rest] = rewriter_.map(args[i]);
       bulkKey(Dest{0, prefix, rest, 0});
     } else {
@@ -234,9 +233,19 @@ void Applier::apply(const source::Change& c) {
       break;
     case Effect::Rename:
     case Effect::Copy:
+    case Effect::Move:
       applyMoveOrCopy(c, c.events.front(), now);
       needs_atomic = entry_cmds_ > 1;
       break;
+    case Effect::SwapDb: {
+      const Event& ev = c.events.front();
+      cmd(3);
+      bulk("SWAPDB");
+      bulkInt(filter_.mapDb(ev.db));
+      bulkInt(filter_.mapDb(ev.from_db));
+      stats_.count(WriteOp::Other);
+      break;
+    }
     case Effect::Flush:
       applyFlush(c);
       needs_atomic = entry_cmds_ > 1;
@@ -353,6 +362,11 @@ void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t 
     bulk("RENAME");
     bulkKey(from);
     bulkKey(to);
+  } else if (c.effect == Effect::Move) {
+    cmd(3);
+    bulk("MOVE");
+    bulkKey(from);
+    bulkInt(to.db);
   } else {
     bool other_db = to.db != from.db;
     cmd(other_db ? 6 : 4);

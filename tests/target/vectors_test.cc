@@ -274,5 +274,58 @@ TEST(Pipeline, UnknownCommandsAreForwardedAndCounted) {
   EXPECT_EQ(c.stats.unknown_commands, 1u);
 }
 
+TEST(Commands, StoreCommandsRewriteEveryKeyTheyName) {
+  Chain c;
+  c.pipe.key_rewrite = {{"a:", "eu:a:", {}}};
+  c.maxTtl(0, 60, "eu:a:*");
+  EXPECT_EQ(c.feed1({"ZUNIONSTORE", "a:dst", "2", "a:x", "b:y", "WEIGHTS", "1", "2"}),
+            (Cmds{{"MULTI"},
+                  {"ZUNIONSTORE", "eu:a:dst", "2", "eu:a:x", "b:y", "WEIGHTS", "1", "2"},
+                  {"PEXPIREAT", "eu:a:dst", n(kNow + 60 * S)},
+                  {"EXEC"}}));
+  EXPECT_EQ(c.feed1({"SORT", "a:list", "ALPHA", "STORE", "a:sorted"}),
+            (Cmds{{"MULTI"},
+                  {"SORT", "eu:a:list", "ALPHA", "STORE", "eu:a:sorted"},
+                  {"PEXPIREAT", "eu:a:sorted", n(kNow + 60 * S)},
+                  {"EXEC"}}));
+  EXPECT_EQ(c.feed1({"BITOP", "AND", "a:d", "a:1", "a:2"}).at(1),
+            (std::vector<std::string>{"BITOP", "AND", "eu:a:d", "eu:a:1", "eu:a:2"}));
+  // PFMERGE writes only its destination (which keeps its deadline: in place).
+  EXPECT_EQ(c.feed1({"PFMERGE", "b:d", "a:1"}), (Cmds{{"PFMERGE", "b:d", "eu:a:1"}}));
+}
+
+TEST(Commands, AStoreReadingAnExcludedKeyIsReportedNotHalfApplied) {
+  Chain c;
+  c.pipe.filters.exclude_keys.push_back({"^secret", {}});
+  EXPECT_EQ(c.feed1({"SUNIONSTORE", "dst", "public", "secret:1"}), Cmds{});
+  EXPECT_EQ(c.stats.filter_splits, 1u);
+  EXPECT_EQ(c.stats.filtered[idx(FilterReason::Key)], 1u);
+  EXPECT_EQ(c.feed1({"SUNIONSTORE", "dst", "public", "public2"}),
+            (Cmds{{"SUNIONSTORE", "dst", "public", "public2"}}));
+}
+
+TEST(Commands, MoveCarriesTheDeadlineToTheOtherDbUnderItsClamp) {
+  Chain c;
+  c.maxTtl(0, 60, "k*", 4);
+  c.feed1({"SET", "k", "v", "PXAT", n(kNow + 500 * S)});
+  EXPECT_EQ(c.feed1({"MOVE", "k", "4"}),
+            (Cmds{{"MULTI"}, {"MOVE", "k", "4"}, {"SELECT", "4"},
+                  {"PEXPIREAT", "k", n(kNow + 60 * S)}, {"SELECT", "0"}, {"EXEC"}}));
+  EXPECT_EQ(c.index.get(4, "k").ms, kNow + 500 * S);
+  EXPECT_EQ(c.index.get(0, "k").state, filters::ExpiryIndex::State::None);
+}
+
+TEST(Commands, SwapDbFollowsTheDbMapAndSwapsTheIndex) {
+  Chain c;
+  c.pipe.dbs = {{0, 10}, {1, 11}};
+  c.feed1({"SET", "k", "v", "PXAT", n(kNow + 500 * S)});
+  EXPECT_EQ(c.feed1({"SWAPDB", "0", "1"}), (Cmds{{"SWAPDB", "10", "11"}}));
+  EXPECT_EQ(c.index.get(1, "k").ms, kNow + 500 * S);
+  Chain d;
+  d.pipe.dbs = {{0, 0}};
+  EXPECT_EQ(d.feed1({"SWAPDB", "0", "1"}), Cmds{});
+  EXPECT_EQ(d.stats.filter_splits, 1u);
+}
+
 }  // namespace
 }  // namespace xdcr::target
