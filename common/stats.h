@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <string_view>
 
 namespace xdcr {
@@ -42,6 +44,7 @@ struct PipelineStats {
   uint64_t checkpoints = 0;
   uint64_t checkpoint_failures = 0;
   uint64_t target_errors = 0;
+  std::map<std::string, uint64_t> target_errors_by_kind;  // first word of the error reply
   uint64_t reconnects = 0;
   uint64_t snapshot_keys_restored = 0;
   uint64_t snapshot_keys_expired = 0;

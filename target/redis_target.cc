@@ -138,7 +138,7 @@ net::awaitable<Status> RedisTarget::runReader() {
 Status RedisTarget::onReplyError(const std::string& text) {
   std::string kind = text.substr(0, text.find(' '));
   ++stats_.target_errors;
-  ++errors_by_kind_[kind];
+  ++stats_.target_errors_by_kind[kind];
   if (isAvailabilityError(kind)) {
     // Not acknowledged: the session ends here and the write is sent again after reconnecting.
     return fail(Error::refused(fmt::format("{}: target refused a write: {}; will retry from the "

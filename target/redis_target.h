@@ -66,7 +66,6 @@ class RedisTarget {
   }
   /** Seconds since the last reply while commands were in flight (0 when idle). */
   double stalledSeconds() const;
-  std::map<std::string, uint64_t> errorsByKind() const { return errors_by_kind_; }
 
   void close() {
     closing_ = true;
@@ -95,7 +94,6 @@ class RedisTarget {
   Notify progress_;
   bool closing_ = false;
   std::chrono::steady_clock::time_point last_reply_{};
-  std::map<std::string, uint64_t> errors_by_kind_;
   LogRateLimiter error_log_;
 };
 

@@ -1,0 +1,133 @@
+#include "replicator/metrics.h"
+
+#include <fmt/format.h>
+
+#include "common/version.h"
+
+namespace xdcr::replicator {
+namespace {
+
+/** Writes one metric family: HELP, TYPE, then its samples. */
+class Family {
+ public:
+  Family(std::string& out, std::string_view name, std::string_view type, std::string_view help)
+      : out_(out), name_(name) {
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
+                   type);
+  }
+  /** `labels` is the inside of {...}, already escaped. */
+  void sample(std::string_view labels, double value) {
+    fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name_, labels, value);
+  }
+
+ private:
+  std::string& out_;
+  std::string_view name_;
+};
+
+std::string pl(const PipelineMetrics& p) { return "pipeline=\"" + escapeLabel(p.name) + "\""; }
+
+}  // namespace
+
+std::string escapeLabel(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string renderMetrics(const std::vector<PipelineMetrics>& ps) {
+  std::string out;
+  auto labelled = [&](std::string_view name, std::string_view help, std::string_view label,
+                      const auto& names, const auto& (*values)(const PipelineStats&)) {
+    Family f(out, name, "counter", help);
+    for (const auto& p : ps) {
+      const auto& vals = values(*p.stats);
+      for (size_t i = 0; i < names.size(); ++i) {
+        f.sample(fmt::format("{},{}=\"{}\"", pl(p), label, names[i]), double(vals[i]));
+      }
+    }
+  };
+  labelled("xdcr_source_events_total", "Events read from the source, by kind.", "kind",
+           kEventKindNames,
+           +[](const PipelineStats& s) -> const auto& { return s.source_events; });
+  labelled("xdcr_target_writes_total", "Commands written to the target, by operation.", "op",
+           kWriteOpNames, +[](const PipelineStats& s) -> const auto& { return s.target_writes; });
+  labelled("xdcr_filtered_total", "Events not replicated, by reason.", "reason",
+           kFilterReasonNames, +[](const PipelineStats& s) -> const auto& { return s.filtered; });
+
+  auto counter = [&](std::string_view name, std::string_view help, uint64_t PipelineStats::*m) {
+    Family f(out, name, "counter", help);
+    for (const auto& p : ps) f.sample(pl(p), double(p.stats->*m));
+  };
+  counter("xdcr_expiry_stripped_total", "Deadlines removed by strip_ttl.",
+          &PipelineStats::expiry_stripped);
+  counter("xdcr_expiry_clamped_total", "Deadlines shortened or added by the target's maxTTL.",
+          &PipelineStats::expiry_clamped);
+  counter("xdcr_expired_on_arrival_total",
+          "Documents whose deadline had passed when they reached the target (never written).",
+          &PipelineStats::expired_on_arrival);
+  counter("xdcr_full_syncs_total", "Full resyncs (snapshot transfers).",
+          &PipelineStats::full_syncs);
+  counter("xdcr_partial_syncs_total", "Partial resyncs (resumes from a checkpoint).",
+          &PipelineStats::partial_syncs);
+  counter("xdcr_checkpoints_total", "Checkpoints written.", &PipelineStats::checkpoints);
+  counter("xdcr_checkpoint_failures_total", "Checkpoints that could not be written.",
+          &PipelineStats::checkpoint_failures);
+  counter("xdcr_unknown_commands_total", "Commands forwarded without being understood.",
+          &PipelineStats::unknown_commands);
+  counter("xdcr_filter_splits_total",
+          "Commands not replicated because their keys fall on both sides of the filters.",
+          &PipelineStats::filter_splits);
+  counter("xdcr_reconnects_total", "Sessions that ended in an error and were restarted.",
+          &PipelineStats::reconnects);
+  {
+    Family f(out, "xdcr_snapshot_keys_total", "counter", "Full-sync keys, by result.");
+    for (const auto& p : ps) {
+      f.sample(pl(p) + ",result=\"restored\"", double(p.stats->snapshot_keys_restored));
+      f.sample(pl(p) + ",result=\"expired\"", double(p.stats->snapshot_keys_expired));
+      f.sample(pl(p) + ",result=\"failed\"", double(p.stats->snapshot_keys_failed));
+    }
+  }
+  {
+    Family f(out, "xdcr_target_errors_total", "counter", "Error replies from the target, by kind.");
+    for (const auto& p : ps) {
+      for (const auto& [kind, n] : p.stats->target_errors_by_kind) {
+        f.sample(pl(p) + ",kind=\"" + escapeLabel(kind) + "\"", double(n));
+      }
+    }
+  }
+  auto gauge = [&](std::string_view name, std::string_view help, double PipelineMetrics::*m) {
+    Family f(out, name, "gauge", help);
+    for (const auto& p : ps) f.sample(pl(p), p.*m);
+  };
+  gauge("xdcr_replication_lag_seconds", "Replication lag.", &PipelineMetrics::lag_seconds);
+  gauge("xdcr_backlog_bytes", "Source offset minus applied offset.",
+        &PipelineMetrics::backlog_bytes);
+  gauge("xdcr_clock_skew_seconds", "Target clock minus source clock.",
+        &PipelineMetrics::skew_seconds);
+  {
+    Family f(out, "xdcr_pipeline_paused", "gauge", "1 while the pipeline is paused.");
+    for (const auto& p : ps) {
+      f.sample(pl(p) + ",reason=\"" + escapeLabel(p.paused_reason) + "\"", p.paused ? 1 : 0);
+    }
+  }
+  {
+    Family f(out, "xdcr_build_info", "gauge", "Version and git revision of this build.");
+    f.sample(fmt::format("version=\"{}\",revision=\"{}\"", escapeLabel(version()),
+                         escapeLabel(gitRevision())),
+             1);
+  }
+  return out;
+}
+
+}  // namespace xdcr::replicator
