@@ -9,13 +9,118 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "clock/clock.h"
 #include "common/version.h"
+#include "replicator/admin_server.h"
+#include "replicator/metrics.h"
 #include "replicator/pipeline.h"
 
 namespace xdcr::replicator {
+namespace {
+
+using Pipelines = std::vector<std::unique_ptr<Pipeline>>;
+
+nlohmann::json statusJson(const Pipelines& pipelines, bool draining) {
+  nlohmann::json j;
+  j["version"] = version();
+  j["revision"] = gitRevision();
+  j["draining"] = draining;
+  auto& arr = j["pipelines"] = nlohmann::json::array();
+  for (const auto& p : pipelines) {
+    nlohmann::json pj;
+    pj["name"] = p->name();
+    pj["state"] = stateName(p->state());
+    pj["paused_reason"] = p->pausedReason();
+    pj["paused"] = p->paused();
+    pj["source_offset"] = p->sourceOffset();
+    pj["applied_offset"] = p->appliedOffset();
+    pj["lag_seconds"] = p->lagSeconds();
+    pj["backlog_bytes"] = p->backlogBytes();
+    pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
+                             {"written_at_ms", p->lastCheckpointMs()}};
+    const auto& fs = p->snapshotProgress();
+    pj["full_sync"] = {{"active", fs.active},          {"keys_done", fs.keys_done},
+                       {"keys_total", fs.keys_total},  {"bytes_done", fs.bytes_done},
+                       {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
+                       {"expired", fs.expired},        {"failed", fs.failed},
+                       {"seconds", fs.seconds}};
+    pj["last_error"] = p->lastError();
+    arr.push_back(pj);
+  }
+  // Clock skew is not measured yet (the clock issue); say so rather than print zeros.
+  j["clock"] = {{"measured", false}};
+  return j;
+}
+
+AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const config::Config& cfg,
+                 bool draining) {
+  auto text = [](int status, std::string body) {
+    return AdminReply{status, "text/plain; charset=utf-8", std::move(body)};
+  };
+  auto json = [](int status, const nlohmann::json& j) {
+    return AdminReply{status, "application/json", j.dump(2) + "\n"};
+  };
+  if (req.method == "GET") {
+    if (req.path == "/healthz") return text(200, "ok\n");
+    if (req.path == "/readyz") {
+      if (draining) return text(503, "not ready: draining (shutting down)\n");
+      for (const auto& p : pipelines) {
+        if (p->state() != PipelineState::Streaming) {
+          return text(503, fmt::format("not ready: pipeline {} is {}{}\n", p->name(),
+                                       stateName(p->state()),
+                                       p->lastError().empty() ? "" : " (" + p->lastError() + ")"));
+        }
+      }
+      return text(200, "ready\n");
+    }
+    if (req.path == "/status") return json(200, statusJson(pipelines, draining));
+    if (req.path == "/metrics") {
+      std::vector<PipelineMetrics> pm;
+      for (const auto& p : pipelines) {
+        PipelineMetrics m;
+        m.name = p->name();
+        m.stats = &p->stats();
+        m.lag_seconds = p->lagSeconds();
+        m.backlog_bytes = static_cast<double>(p->backlogBytes());
+        m.paused = p->paused();
+        m.paused_reason = p->pausedReason();
+        pm.push_back(std::move(m));
+      }
+      return AdminReply{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics(pm)};
+    }
+    if (req.path == "/config") {
+      return AdminReply{200, "application/json", config::redactedJson(cfg) + "\n"};
+    }
+  }
+  // POST /pipelines/NAME/pause|resume
+  constexpr std::string_view kPrefix = "/pipelines/";
+  if (req.path.rfind(kPrefix, 0) == 0) {
+    if (req.method != "POST") return text(405, "use POST\n");
+    std::string_view rest = std::string_view(req.path).substr(kPrefix.size());
+    auto slash = rest.rfind('/');
+    if (slash != std::string_view::npos) {
+      std::string_view name = rest.substr(0, slash), action = rest.substr(slash + 1);
+      for (const auto& p : pipelines) {
+        if (p->name() != name) continue;
+        if (action == "pause") {
+          p->pause("operator");
+        } else if (action == "resume") {
+          p->resume();
+        } else {
+          return text(404, "unknown action: use pause or resume\n");
+        }
+        return json(200, {{"pipeline", p->name()}, {"paused", p->paused()}});
+      }
+      return text(404, fmt::format("no pipeline named \"{}\"\n", name));
+    }
+  }
+  return text(404, "not found: try /healthz /readyz /status /metrics /config\n");
+}
+
+}  // namespace
 
 int runAgent(config::ConfigConstSharedPtr config) {
   net::io_context ioc(1);
@@ -44,8 +149,19 @@ int runAgent(config::ConfigConstSharedPtr config) {
     });
   }
 
-  net::signal_set signals(ioc, SIGINT, SIGTERM, SIGHUP);
   bool stopping = false;
+  std::unique_ptr<AdminServer> admin;
+  if (config->agent.admin_listen) {
+    admin = std::make_unique<AdminServer>(ioc.get_executor(), [&](const AdminRequest& req) {
+      return route(req, pipelines, *config, stopping);
+    });
+    if (auto s = admin->start(*config->agent.admin_listen); !s) {
+      spdlog::critical("{}", s.error().message);
+      return 1;
+    }
+  }
+
+  net::signal_set signals(ioc, SIGINT, SIGTERM, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;

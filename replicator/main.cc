@@ -4,11 +4,14 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/logging.h"
 #include "common/version.h"
 #include "config/config.h"
+#include "replicator/admin_server.h"
 #include "replicator/agent.h"
 
 namespace {
@@ -36,6 +39,49 @@ xdcr::config::ConfigConstSharedPtr load(const std::string& path, bool resolve_en
   return result.config;
 }
 
+/** xdcr-agent status: GET /status and print it. */
+int printStatus(const std::string& admin, bool as_json) {
+  auto r = xdcr::replicator::adminGet(admin, "/status", std::chrono::seconds(5));
+  if (!r) {
+    std::cerr << "xdcr-agent status: " << r.error().message << "\n";
+    return 2;
+  }
+  if (r->first != 200) {
+    std::cerr << "xdcr-agent status: HTTP " << r->first << ": " << r->second;
+    return 2;
+  }
+  if (as_json) {
+    std::cout << r->second;
+    return 0;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(r->second);
+  } catch (const std::exception& e) {
+    std::cerr << "xdcr-agent status: not a status reply: " << e.what() << "\n";
+    return 2;
+  }
+  std::printf("xdcr-agent %s (%s)%s\n", j.value("version", "?").c_str(),
+              j.value("revision", "?").c_str(), j.value("draining", false) ? ", draining" : "");
+  std::printf("%-20s %-13s %9s %12s %16s %16s  %s\n", "PIPELINE", "STATE", "LAG_S", "BACKLOG_B",
+              "SOURCE_OFFSET", "APPLIED_OFFSET", "NOTE");
+  for (const auto& p : j["pipelines"]) {
+    std::string note = p.value("paused_reason", "");
+    const auto& fs = p["full_sync"];
+    if (fs.value("active", false)) {
+      note = fmt::format("full sync {}/{} keys", fs.value("keys_done", 0ull),
+                         fs.value("keys_total", 0ull));
+    }
+    if (note.empty()) note = p.value("last_error", "");
+    std::printf("%-20s %-13s %9.3f %12llu %16llu %16llu  %s\n", p.value("name", "").c_str(),
+                p.value("state", "").c_str(), p.value("lag_seconds", 0.0),
+                static_cast<unsigned long long>(p.value("backlog_bytes", 0ull)),
+                static_cast<unsigned long long>(p.value("source_offset", 0ull)),
+                static_cast<unsigned long long>(p.value("applied_offset", 0ull)), note.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,6 +105,12 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("version", "print version, git revision and build type");
 
+  std::string admin_addr = "127.0.0.1:9464", output = "table";
+  auto* status = app.add_subcommand("status", "show a running agent's /status");
+  status->add_option("--admin", admin_addr, "the agent's admin_listen address (host:port)");
+  status->add_option("-o,--output", output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -69,6 +121,9 @@ int main(int argc, char** argv) {
     std::printf("xdcr-agent %s (revision %s, %s build)\n", xdcr::version(), xdcr::gitRevision(),
                 xdcr::buildType());
     return 0;
+  }
+  if (app.got_subcommand("status")) {
+    return printStatus(admin_addr, output == "json");
   }
   if (app.got_subcommand("validate")) {
     auto cfg = load(config_path, !no_env);

@@ -58,7 +58,29 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
       rewriter_(pipeline.key_rewrite),
       store_(config_->agent.state_dir, pipeline.name),
       stop_wake_(ex),
-      ack_wake_(ex) {}
+      ack_wake_(ex),
+      pause_wake_(ex) {}
+
+void Pipeline::pause(std::string reason) {
+  if (!paused_) spdlog::warn("pipeline {}: paused ({})", pipeline_.name, reason);
+  paused_ = true;
+  paused_reason_ = std::move(reason);
+}
+
+void Pipeline::resume() {
+  if (paused_) spdlog::info("pipeline {}: resumed", pipeline_.name);
+  paused_ = false;
+  paused_reason_.clear();
+  pause_wake_.notify();
+}
+
+void Pipeline::updateLag(uint64_t applied) {
+  while (!arrivals_.empty() && arrivals_.front().end_offset <= applied) arrivals_.pop_front();
+  lag_seconds_ = arrivals_.empty() ? 0
+                                   : std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now() - arrivals_.front().at)
+                                         .count();
+}
 
 void Pipeline::stop() {
   if (stopping_) return;
@@ -145,6 +167,11 @@ net::awaitable<Status> Pipeline::session() {
                   target_cluster_.address());
   target::RedisTarget target(ex_, target_cluster_, label_dst, stats_);
   if (auto r = co_await target.connect(); !r) co_return r;
+  live_target_ = &target;
+  struct ClearTarget {
+    const target::RedisTarget*& p;
+    ~ClearTarget() { p = nullptr; }
+  } clear_target{live_target_};
   // The target's writer and reader run from the start: a full sync writes through them too.
   auto result =
       co_await (sourceSide(target) || target.runWriter() || target.runReader());
@@ -197,6 +224,8 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
   }
   target.resetOffset(source.position().offset);
   source_offset_ = applied_offset_ = source.position().offset;
+  arrivals_.clear();
+  lag_seconds_ = 0;
   if (*kind == source::SyncKind::Full) {
     // The snapshot is acknowledged (SnapshotLoader::end drained the target): persist the new
     // history at once, so that a restart resumes it instead of syncing again.
@@ -265,6 +294,13 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       if (stopping_) continue;
       if (auto c = checkpointNow(source, target, filter); !c) co_return c;
     }
+    while (paused_ && !stopping_) {
+      // Nothing is taken from the source while paused; ACKs go on, so the link stays up, and
+      // the source's backlog (and output buffer) holds the stream.
+      state_ = PipelineState::Paused;
+      co_await pause_wake_.waitFor(std::chrono::seconds(1));
+    }
+    if (state_ == PipelineState::Paused) state_ = PipelineState::Streaming;
     while ((target.inflightCommands() > kMaxInflightCommands ||
             target.pendingBytes() > kMaxPendingBytes) &&
            !stopping_) {
@@ -280,6 +316,8 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
         co_return r;
       }
       source_offset_ = source.position().offset + source.bytesBuffered();
+      arrivals_.push_back({source_offset_, std::chrono::steady_clock::now()});
+      if (arrivals_.size() > 4096) arrivals_.pop_front();  // bounded: lag is then a lower bound
       continue;
     }
     applier.beginUnit(unit.transaction);
@@ -302,14 +340,20 @@ net::awaitable<Status> Pipeline::ackLoop(source::RedisSource& source, target::Re
   uint64_t last_bytes = source.bytesRead();
   auto last_activity = std::chrono::steady_clock::now();
   last_checkpoint_ = std::chrono::steady_clock::now();
+  const auto session_start = std::chrono::steady_clock::now();
   for (;;) {
-    co_await ack_wake_.waitFor(std::chrono::seconds(1));
+    // A diskless source ignores an ACK that arrives before it has reaped its snapshot child
+    // (redis-replication-notes.md §3) and streams only after the next one: ACK every 100 ms for
+    // the first seconds so that streaming starts promptly, then every second like Redis.
+    const bool early = std::chrono::steady_clock::now() - session_start < std::chrono::seconds(3);
+    co_await ack_wake_.waitFor(early ? std::chrono::milliseconds(100) : std::chrono::seconds(1));
     if (stopping_) {
       // Keep the loop alive (not finishing the session) while readLoop drains.
       co_await stop_wake_.waitFor(std::chrono::seconds(3600));
       continue;
     }
     applied_offset_ = target.ackedOffset();
+    updateLag(applied_offset_);
     // ACK the applied offset (not the received one), so that WAIT on the source means "on the
     // target". A diskless source also needs these ACKs to start and keep streaming.
     ack_requested_ = false;
@@ -363,6 +407,7 @@ Status Pipeline::checkpointNow(const source::RedisSource& source,
     return Status{};  // keep replicating; the previous checkpoint stays valid
   }
   ++stats_.checkpoints;
+  last_checkpoint_ms_ = cp.written_at_ms;
   index_.clearDirty();
   resume_ = cp;
   applied_offset_ = checkpointed_offset_ = cp.position.offset;

@@ -17,6 +17,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,11 +57,33 @@ class Pipeline {
   void setSimulatedSkewMs(int64_t delta_ms) { simulated_skew_ms_ = delta_ms; }
 
   const std::string& name() const { return pipeline_.name; }
-  PipelineState state() const { return state_; }
+  /** The state; a pause shows at once, even while the read loop waits for the source. */
+  PipelineState state() const {
+    return paused_ && state_ == PipelineState::Streaming ? PipelineState::Paused : state_;
+  }
   const PipelineStats& stats() const { return stats_; }
   uint64_t sourceOffset() const { return source_offset_; }
-  uint64_t appliedOffset() const { return applied_offset_; }
+  uint64_t appliedOffset() const {
+    return live_target_ != nullptr ? live_target_->ackedOffset() : applied_offset_;
+  }
   const std::string& lastError() const { return last_error_; }
+  /** Operator pause (POST /pipelines/NAME/pause): stop applying; the source's backlog holds. */
+  void pause(std::string reason);
+  void resume();
+  bool paused() const { return paused_; }
+  const std::string& pausedReason() const { return paused_reason_; }
+  /**
+   * Replication lag: how long the oldest stream byte the agent has received but the target has
+   * not yet acknowledged has been waiting (0 when caught up). It starts when the agent reads the
+   * byte, so time spent in the source's output buffer and on the network is not included.
+   */
+  double lagSeconds() const { return lag_seconds_; }
+  /** Bytes received from the source and not yet acknowledged by the target. */
+  uint64_t backlogBytes() const {
+    return source_offset_ - std::min(source_offset_, appliedOffset());
+  }
+  int64_t lastCheckpointMs() const { return last_checkpoint_ms_; }
+  uint64_t checkpointedOffset() const { return checkpointed_offset_; }
   const SnapshotProgress& snapshotProgress() const { return progress_; }
 
  private:
@@ -100,10 +123,22 @@ class Pipeline {
   std::chrono::steady_clock::time_point last_checkpoint_{};
   std::string last_error_;
   source::RedisSource* live_source_ = nullptr;  // for stop(): cancels its pending read
+  const target::RedisTarget* live_target_ = nullptr;  // for status: the acknowledged offset
   Notify stop_wake_;
   Notify ack_wake_;
   bool ack_requested_ = false;
   int64_t simulated_skew_ms_ = 0;
+  bool paused_ = false;
+  std::string paused_reason_;
+  Notify pause_wake_;
+  double lag_seconds_ = 0;
+  int64_t last_checkpoint_ms_ = 0;
+  struct Arrival {
+    uint64_t end_offset;  // stream offset just past the bytes of one read
+    std::chrono::steady_clock::time_point at;
+  };
+  std::deque<Arrival> arrivals_;
+  void updateLag(uint64_t applied);
 };
 
 }  // namespace xdcr::replicator
