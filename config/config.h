@@ -191,4 +191,11 @@ std::optional<Duration> parseDuration(const std::string& text);
 /** The config as YAML-like JSON text with every secret replaced by its `describe()`. */
 std::string redactedJson(const Config& config);
 
+/**
+ * A string that changes whenever anything a running pipeline depends on changes (the pipeline,
+ * its two clusters including their secrets, the skew policy). For SIGHUP: only pipelines whose
+ * fingerprint changed are restarted. Never print it.
+ */
+std::string pipelineFingerprint(const Config& config, const PipelineConfig& pipeline);
+
 }  // namespace xdcr::config

@@ -140,4 +140,22 @@ std::string redactedJson(const Config& config) {
   return json.dump(2, ' ', false, Json::error_handler_t::replace);
 }
 
+std::string pipelineFingerprint(const Config& config, const PipelineConfig& pipeline) {
+  // Everything a running pipeline depends on: itself, both clusters (secrets included, hashed:
+  // this string stays in memory and is only compared), and the clock settings it applies.
+  Json json;
+  json["pipeline"] = pipelineJson(pipeline);
+  for (const auto* name : {&pipeline.source, &pipeline.target}) {
+    if (const ClusterConfig* c = config.cluster(*name)) {
+      Json cj = clusterJson(*c);
+      cj["password_hash"] = std::hash<std::string>{}(c->password.value);
+      json["clusters"].push_back(cj);
+    }
+  }
+  json["state_dir"] = config.agent.state_dir;
+  json["max_skew"] = formatDuration(config.clock.max_skew);
+  json["on_skew"] = toString(config.clock.on_skew);
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 }  // namespace xdcr::config

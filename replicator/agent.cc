@@ -122,10 +122,98 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
 
 }  // namespace
 
+namespace {
+
+/**
+ * The agent's pipelines, on the io_context. A pipeline that ends is removed; a replacement
+ * waiting for it (a SIGHUP changed its config) starts then, so the old one has drained and
+ * checkpointed before the new one resumes from that checkpoint.
+ */
+class PipelineSet {
+ public:
+  PipelineSet(net::io_context& ioc, const clock::Clock& clock, int64_t simulated_skew)
+      : ioc_(ioc), clock_(clock), simulated_skew_(simulated_skew) {}
+
+  const Pipelines& pipelines() const { return pipelines_; }
+  bool failed() const { return failed_; }
+
+  void start(const config::ConfigConstSharedPtr& cfg, const config::PipelineConfig& pc) {
+    auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, pc, clock_);
+    p->setSimulatedSkewMs(simulated_skew_);
+    Pipeline* raw = p.get();
+    fingerprints_[pc.name] = config::pipelineFingerprint(*cfg, pc);
+    pipelines_.push_back(std::move(p));
+    net::co_spawn(ioc_, raw->run(), [this, raw](std::exception_ptr e, bool ok) {
+      if (e || !ok) failed_ = true;
+      finished(raw);
+    });
+  }
+
+  /** SIGHUP with a valid new config: restart changed pipelines, start new, stop removed. */
+  void apply(const config::ConfigConstSharedPtr& cfg) {
+    for (const auto& p : pipelines_) {
+      const config::PipelineConfig* pc = cfg->pipeline(p->name());
+      if (pc == nullptr) {
+        spdlog::info("reload: pipeline {} was removed; stopping it", p->name());
+        p->stop();
+      } else if (config::pipelineFingerprint(*cfg, *pc) != fingerprints_[p->name()]) {
+        spdlog::info("reload: pipeline {} changed; restarting it (it resumes from its checkpoint)",
+                     p->name());
+        replacements_[p->name()] = {cfg, pc};
+        p->stop();
+      }
+    }
+    for (const auto& pc : cfg->pipelines) {
+      bool running = false;
+      for (const auto& p : pipelines_) running = running || p->name() == pc.name;
+      if (!running) {
+        spdlog::info("reload: starting new pipeline {}", pc.name);
+        start(cfg, pc);
+      }
+    }
+  }
+
+  void stopAll() {
+    stopping_ = true;
+    replacements_.clear();
+    for (const auto& p : pipelines_) p->stop();
+    if (pipelines_.empty()) ioc_.stop();
+  }
+
+ private:
+  void finished(Pipeline* done) {
+    std::string name = done->name();
+    std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; });
+    auto it = replacements_.find(name);
+    if (it != replacements_.end() && !stopping_) {
+      auto [cfg, pc] = it->second;
+      replacements_.erase(it);
+      start(cfg, *pc);
+      return;
+    }
+    fingerprints_.erase(name);
+    if (pipelines_.empty() && (stopping_ || replacements_.empty())) {
+      if (!stopping_) spdlog::warn("no pipeline is running any more");
+      if (stopping_ || failed_) ioc_.stop();
+    }
+  }
+
+  net::io_context& ioc_;
+  const clock::Clock& clock_;
+  int64_t simulated_skew_;
+  Pipelines pipelines_;
+  std::map<std::string, std::string> fingerprints_;
+  std::map<std::string, std::pair<config::ConfigConstSharedPtr, const config::PipelineConfig*>>
+      replacements_;
+  bool stopping_ = false;
+  bool failed_ = false;
+};
+
+}  // namespace
+
 int runAgent(config::ConfigConstSharedPtr config) {
   net::io_context ioc(1);
   clock::SystemClock clock;
-  std::vector<std::unique_ptr<Pipeline>> pipelines;
   // Test hook until the clock module measures skew (see Pipeline::setSimulatedSkewMs).
   int64_t simulated_skew = 0;
   if (const char* s = std::getenv("XDCR_TEST_CLOCK_SKEW_MS"); s != nullptr && *s != 0) {
@@ -133,27 +221,17 @@ int runAgent(config::ConfigConstSharedPtr config) {
     spdlog::warn("XDCR_TEST_CLOCK_SKEW_MS={}: simulating a target clock {:+} ms from the source's",
                  s, simulated_skew);
   }
-  for (const auto& p : config->pipelines) {
-    pipelines.push_back(std::make_unique<Pipeline>(ioc.get_executor(), config, p, clock));
-    pipelines.back()->setSimulatedSkewMs(simulated_skew);
-  }
+  PipelineSet set(ioc, clock, simulated_skew);
   spdlog::info("xdcr-agent {} ({}) starting {} pipeline(s) from {}", version(), gitRevision(),
-               pipelines.size(), config->path);
-
-  int exit_code = 0;
-  size_t running = pipelines.size();
-  for (auto& p : pipelines) {
-    net::co_spawn(ioc, p->run(), [&, name = p->name()](std::exception_ptr e, bool ok) {
-      if (e || !ok) exit_code = 1;
-      if (--running == 0) ioc.stop();
-    });
-  }
+               config->pipelines.size(), config->path);
+  for (const auto& p : config->pipelines) set.start(config, p);
 
   bool stopping = false;
+  config::ConfigConstSharedPtr current = config;
   std::unique_ptr<AdminServer> admin;
   if (config->agent.admin_listen) {
     admin = std::make_unique<AdminServer>(ioc.get_executor(), [&](const AdminRequest& req) {
-      return route(req, pipelines, *config, stopping);
+      return route(req, set.pipelines(), *current, stopping);
     });
     if (auto s = admin->start(*config->agent.admin_listen); !s) {
       spdlog::critical("{}", s.error().message);
@@ -161,18 +239,41 @@ int runAgent(config::ConfigConstSharedPtr config) {
     }
   }
 
+  auto reload = [&] {
+    config::LoadResult r = config::loadConfigFile(current->path);
+    for (const auto& d : r.diagnostics) {
+      if (d.severity == config::Diagnostic::Severity::Error) {
+        spdlog::error("reload: {}", d.format());
+      } else {
+        spdlog::warn("reload: {}", d.format());
+      }
+    }
+    if (!r.ok()) {
+      spdlog::error("reload: {} is invalid; keeping the running configuration", current->path);
+      return;
+    }
+    if (r.config->agent.admin_listen != current->agent.admin_listen ||
+        r.config->agent.log_format != current->agent.log_format) {
+      spdlog::warn("reload: admin_listen and log_format take effect at the next start");
+    }
+    static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
+    spdlog::set_level(spdlog::level::from_str(kLevels[int(r.config->agent.log_level)]));
+    set.apply(r.config);
+    current = r.config;
+    spdlog::info("reload: {} applied", current->path);
+  };
+
   net::signal_set signals(ioc, SIGINT, SIGTERM, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         if (sig == SIGHUP) {
-          spdlog::warn("SIGHUP: configuration reload is not implemented yet; keeping the running "
-                       "configuration");
+          if (!stopping) reload();
         } else if (!stopping) {
           stopping = true;
           spdlog::info("{}: draining and checkpointing; send it again to exit at once",
                        sig == SIGTERM ? "SIGTERM" : "SIGINT");
-          for (auto& p : pipelines) p->stop();
+          set.stopAll();
         } else {
           spdlog::warn("second signal: exiting without a final checkpoint");
           std::_Exit(1);
@@ -183,7 +284,7 @@ int runAgent(config::ConfigConstSharedPtr config) {
 
   ioc.run();
   spdlog::info("xdcr-agent stopped");
-  return exit_code;
+  return set.failed() ? 1 : 0;
 }
 
 }  // namespace xdcr::replicator
