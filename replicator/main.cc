@@ -87,6 +87,7 @@ int printStatus(const std::string& admin, bool as_json) {
 int main(int argc, char** argv) {
   CLI::App app{"xdcr-agent: replicates expiring documents between clusters"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level / --log-format also after the subcommand
   std::string log_level, log_format;
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides the file)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));

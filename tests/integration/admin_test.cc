@@ -171,5 +171,24 @@ TEST_F(AdminTest, ReadyzTurns503WhileDraining) {
       << "the drain did not deliver what was in flight";
 }
 
+TEST_F(AdminTest, JsonLogsAreOneObjectPerLineWithoutSecrets) {
+  ASSERT_TRUE(agent_->terminate().success());
+  AgentProcess json_agent(config_, dir_.file("agent-json.log"), {"--log-format", "json"});
+  ASSERT_TRUE(waitUntil([&] { return get("/readyz").first == 200; }, 30s)) << json_agent.logTail();
+  src().command({"SET", "k", "v"});
+  ASSERT_TRUE(json_agent.terminate().success());
+  std::istringstream lines(json_agent.logText());
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    EXPECT_TRUE(j.contains("ts") && j.contains("level") && j.contains("msg")) << line;
+    EXPECT_EQ(line.find(kPassword), std::string::npos) << line;
+  }
+  EXPECT_GE(n, 4);  // start, full sync, streaming, stop at least
+}
+
 }  // namespace
 }  // namespace xdcr::test
