@@ -208,12 +208,13 @@ void StreamFilter::filterKeyEvent(source::Change& c, source::Event& ev, int64_t 
   }
 
   if (f.strip_ttl) {
+    // strip_ttl sets E = 0 (§6). SET ... KEEPTTL has no E — it keeps the target's own deadline
+    // (§4) — so it stays as it is.
     if (ev.deadline_ms != 0 || ev.kind == EventKind::ExpiryChange) {
       ev.stripped = true;
       ++stats_.expiry_stripped;
     }
     ev.deadline_ms = 0;
-    if (ev.rule == DeadlineRule::Keep) ev.rule = DeadlineRule::None;
   }
 }
 

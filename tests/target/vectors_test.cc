@@ -124,6 +124,15 @@ TEST(Vectors, V10_11_StripTtl) {
             (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 600 * S)}}));
 }
 
+TEST(Vectors, StripTtlLeavesKeepTtlAlone) {
+  // Found by the differential test: KEEPTTL has no E to strip; the target keeps its deadline.
+  Chain c;
+  c.pipe.filters.strip_ttl = true;
+  c.maxTtl(60, 0);
+  EXPECT_EQ(c.feed1({"SET", "k", "v", "KEEPTTL"}), (Cmds{{"SET", "k", "v", "KEEPTTL"}}));
+  EXPECT_EQ(c.stats.expiry_stripped, 0u);
+}
+
 TEST(Vectors, V12_14_ExpiryChanges) {
   Chain c12;
   EXPECT_EQ(c12.feed1({"PEXPIREAT", "k", n(kNow + 50 * S)}),

@@ -1,0 +1,433 @@
+#include "tests/integration/expiry_model.h"
+
+#include <fnmatch.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace xdcr::test {
+namespace {
+
+constexpr int64_t kMsPerSecond = 1000;
+// History lines kept per key: the last ones tell the story of a failure.
+constexpr size_t kMaxHistory = 40;
+
+void appendBounded(std::vector<std::string>& lines, const std::string& line) {
+  if (lines.size() >= kMaxHistory) {
+    lines.erase(lines.begin());
+  }
+  lines.push_back(line);
+}
+
+}  // namespace
+
+ExpiryModel::ExpiryModel(ModelConfig config) : config_(std::move(config)) {
+  // RE2 syntax of the patterns the test uses is also ECMAScript syntax (literals, ^, classes).
+  for (const auto& p : config_.include_keys) {
+    include_.emplace_back(p);
+  }
+  for (const auto& p : config_.exclude_keys) {
+    exclude_.emplace_back(p);
+  }
+}
+
+std::optional<KeyId> ExpiryModel::targetOf(const KeyId& source) const {
+  int db = source.first;
+  if (!config_.dbs.empty()) {
+    auto it = config_.dbs.find(db);
+    if (it == config_.dbs.end()) {
+      return std::nullopt;  // an unmapped db is not replicated
+    }
+    db = it->second;
+  }
+  const std::string& name = source.second;
+  // include_keys/exclude_keys are unanchored searches. The test's patterns never touch the
+  // prefixes key_rewrite changes, so matching the source name or the rewritten one is the same.
+  if (!include_.empty()) {
+    bool included = false;
+    for (const auto& re : include_) {
+      if (std::regex_search(name, re)) {
+        included = true;
+        break;
+      }
+    }
+    if (!included) {
+      return std::nullopt;
+    }
+  }
+  for (const auto& re : exclude_) {
+    if (std::regex_search(name, re)) {
+      return std::nullopt;
+    }
+  }
+  for (const auto& r : config_.key_rewrite) {
+    if (name.compare(0, r.from.size(), r.from) == 0) {
+      return KeyId{db, r.to + name.substr(r.from.size())};
+    }
+  }
+  return KeyId{db, name};
+}
+
+int64_t ExpiryModel::maxTtlMs(const KeyId& target) const {
+  for (const auto& bucket : config_.buckets) {
+    if (bucket.db != target.first) {
+      continue;
+    }
+    for (const auto& c : bucket.collections) {
+      if (::fnmatch(c.glob.c_str(), target.second.c_str(), 0) == 0) {
+        // First match wins; max_ttl 0 inherits the bucket's (§3).
+        return (c.max_ttl_s > 0 ? c.max_ttl_s : bucket.max_ttl_s) * kMsPerSecond;
+      }
+    }
+    return bucket.max_ttl_s * kMsPerSecond;
+  }
+  return 0;
+}
+
+std::string ExpiryModel::describeMaxTtl(const KeyId& target) const {
+  for (const auto& bucket : config_.buckets) {
+    if (bucket.db != target.first) {
+      continue;
+    }
+    std::string collection = "_default";
+    int64_t c_s = 0;
+    for (const auto& c : bucket.collections) {
+      if (::fnmatch(c.glob.c_str(), target.second.c_str(), 0) == 0) {
+        collection = c.name;
+        c_s = c.max_ttl_s;
+        break;
+      }
+    }
+    return "collection " + collection + " (C=" + std::to_string(c_s) +
+           "s, B=" + std::to_string(bucket.max_ttl_s) +
+           "s) M=" + std::to_string(maxTtlMs(target) / kMsPerSecond) + "s";
+  }
+  return "no bucket, M=0";
+}
+
+int64_t ExpiryModel::clamp(int64_t e, int64_t m, int64_t now) {
+  if (m == 0) {
+    return e;
+  }
+  if (e == 0 || e > now + m) {
+    return now + m;
+  }
+  return e;
+}
+
+std::string ExpiryModel::rel(int64_t abs_ms) const {
+  char text[48];
+  std::snprintf(text, sizeof(text), "%+.3fs", static_cast<double>(abs_ms - epoch_ms_) / 1000.0);
+  return text;
+}
+
+std::string ExpiryModel::describeDeadline(int64_t deadline) const {
+  return deadline == 0 ? "none" : rel(deadline);
+}
+
+TargetKey& ExpiryModel::slot(const KeyId& target) {
+  TargetKey& t = targets_[target];
+  t.id = target;
+  return t;
+}
+
+void ExpiryModel::log(TargetKey& t, const std::string& line) { appendBounded(t.history, line); }
+
+void ExpiryModel::note(const KeyId& source, const std::string& what) {
+  auto target = targetOf(source);
+  if (!target) {
+    appendBounded(dropped_[source], what);
+    return;
+  }
+  log(slot(*target), what);
+}
+
+std::string ExpiryModel::setDeadline(TargetKey& t, int64_t deadline, int64_t now) {
+  if (deadline != 0 && deadline <= now) {
+    // Expired on arrival (§4): never a live copy on the target.
+    t.exists = false;
+    t.deadline = deadline;
+    ++stats_.expired_on_arrival;
+    return "expired on arrival (T=" + rel(deadline) + ")";
+  }
+  t.deadline = deadline;
+  return "T=" + describeDeadline(deadline);
+}
+
+void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Value& before,
+                        const Value& after, int64_t now, const std::string& what) {
+  auto target = targetOf(source);
+  if (!target) {
+    ++stats_.dropped_by_key_or_db;
+    appendBounded(dropped_[source], "[" + rel(now) + "] " + what + " -> dropped by the pipeline");
+    return;
+  }
+  ++stats_.writes;
+  TargetKey& t = slot(*target);
+  const int64_t m = maxTtlMs(*target);
+  const bool was_present = t.presentAt(now);
+  const bool in_sync_before =
+      t.value_known && (was_present ? t.value == before : !before.exists());
+  std::string effect;
+  switch (kind) {
+    case WriteKind::Deadline: {
+      // strip_ttl: every replicated mutation is written with E = 0, then rule 4 applies.
+      const int64_t replicated = config_.strip_ttl ? 0 : e;
+      t.exists = true;
+      t.value = after;
+      t.value_known = true;
+      effect = "write E=" + describeDeadline(replicated) + (config_.strip_ttl ? " (stripped)" : "") +
+               " M=" + std::to_string(m / kMsPerSecond) + "s -> " +
+               setDeadline(t, clamp(replicated, m, now), now);
+      break;
+    }
+    case WriteKind::NoDeadline:
+      t.exists = true;
+      t.value = after;
+      t.value_known = true;
+      effect = "write E=none M=" + std::to_string(m / kMsPerSecond) + "s -> " +
+               setDeadline(t, clamp(0, m, now), now);
+      break;
+    case WriteKind::KeepTtl:
+      // Preserve expiry: the target keeps its current deadline, no clamp; a key it does not hold
+      // is created without one. This row has no E, so strip_ttl (which sets E = 0) does not
+      // change it either.
+      t.value = after;
+      t.value_known = true;
+      t.deadline = was_present ? t.deadline : 0;
+      t.exists = true;
+      effect = "write KEEPTTL -> T=" + describeDeadline(t.deadline) + " (kept)";
+      break;
+    case WriteKind::InPlace: {
+      if (!in_sync_before) {
+        // The write lands on a copy that did not hold the source's value: the result is
+        // neither side's. Presence and deadline only from here on.
+        t.value_known = false;
+        ++stats_.value_unknown;
+      }
+      t.value = after;
+      const int64_t old_deadline = was_present ? t.deadline : 0;
+      t.exists = after.exists();
+      if (!t.exists) {
+        effect = "in-place write left no key -> absent";
+      } else if (m == 0) {
+        t.deadline = old_deadline;
+        effect = "in-place write, M=0 -> T untouched (" + describeDeadline(t.deadline) + ")";
+      } else {
+        const int64_t replicated = config_.strip_ttl ? 0 : e;
+        effect = "in-place write, M=" + std::to_string(m / kMsPerSecond) +
+                 "s, source deadline " + describeDeadline(replicated) + " -> " +
+                 setDeadline(t, clamp(replicated, m, now), now);
+      }
+      if (!in_sync_before) {
+        effect += " [value unknown: the target copy had diverged]";
+      }
+      break;
+    }
+  }
+  log(t, "[" + rel(now) + "] " + what + " -> " + effect);
+}
+
+void ExpiryModel::expireAt(const KeyId& source, int64_t e, int64_t now, const std::string& what) {
+  auto target = targetOf(source);
+  if (!target) {
+    appendBounded(dropped_[source], "[" + rel(now) + "] " + what + " -> dropped by the pipeline");
+    return;
+  }
+  ++stats_.expiry_changes;
+  TargetKey& t = slot(*target);
+  const int64_t m = maxTtlMs(*target);
+  std::string effect;
+  if (!t.presentAt(now)) {
+    effect = "no target copy: nothing";
+  } else if (config_.strip_ttl) {
+    // strip_ttl: PEXPIREAT becomes nothing (M = 0) or now+M (M > 0).
+    effect = m == 0 ? "stripped, M=0: nothing (T=" + describeDeadline(t.deadline) + ")"
+                    : "stripped, M=" + std::to_string(m / kMsPerSecond) + "s -> " +
+                          setDeadline(t, now + m, now);
+  } else {
+    effect = "PEXPIREAT E=" + rel(e) + " M=" + std::to_string(m / kMsPerSecond) + "s -> " +
+             setDeadline(t, clamp(e, m, now), now);
+  }
+  log(t, "[" + rel(now) + "] " + what + " -> " + effect);
+}
+
+void ExpiryModel::persist(const KeyId& source, int64_t now, const std::string& what) {
+  auto target = targetOf(source);
+  if (!target) {
+    appendBounded(dropped_[source], "[" + rel(now) + "] " + what + " -> dropped by the pipeline");
+    return;
+  }
+  ++stats_.expiry_changes;
+  TargetKey& t = slot(*target);
+  const int64_t m = maxTtlMs(*target);
+  std::string effect;
+  if (!t.presentAt(now)) {
+    effect = "no target copy: nothing";
+  } else if (m > 0) {
+    // Never a bare PERSIST into a maxTTL collection (§4); strip_ttl gives the same.
+    effect = "PERSIST, M=" + std::to_string(m / kMsPerSecond) + "s -> " +
+             setDeadline(t, now + m, now);
+  } else if (config_.strip_ttl) {
+    effect = "stripped, M=0: nothing (T=" + describeDeadline(t.deadline) + ")";
+  } else {
+    t.deadline = 0;
+    effect = "PERSIST -> T=none";
+  }
+  log(t, "[" + rel(now) + "] " + what + " -> " + effect);
+}
+
+void ExpiryModel::remove(const KeyId& source, RemoveCause cause, int64_t now,
+                         const std::string& what) {
+  auto target = targetOf(source);
+  const bool expiration = cause == RemoveCause::Expiration;
+  const std::string kind = expiration ? "expiration" : "deletion";
+  if (!target) {
+    appendBounded(dropped_[source],
+                  "[" + rel(now) + "] " + what + " (" + kind + ") -> dropped by the pipeline");
+    return;
+  }
+  TargetKey& t = slot(*target);
+  bool filtered = false;
+  if (expiration) {
+    ++stats_.expirations;
+    filtered = config_.drop_expirations;
+    stats_.expirations_dropped += filtered ? 1 : 0;
+  } else {
+    ++stats_.deletions;
+    filtered = config_.drop_deletions;
+    stats_.deletions_dropped += filtered ? 1 : 0;
+  }
+  std::string effect;
+  if (filtered) {
+    effect = "not sent (drop_" + kind + "s): the target keeps its copy until T=" +
+             describeDeadline(t.deadline);
+  } else {
+    t.exists = false;
+    effect = "target copy removed";
+  }
+  log(t, "[" + rel(now) + "] " + what + " (" + kind + ") -> " + effect);
+}
+
+void ExpiryModel::move(const KeyId& from, const KeyId& to, int64_t from_deadline,
+                       const Value& from_value, const Value& to_value, bool keep_from,
+                       int64_t now, const std::string& what) {
+  auto target_from = targetOf(from);
+  auto target_to = targetOf(to);
+  if (!target_from && !target_to) {
+    ++stats_.dropped_by_key_or_db;
+    appendBounded(dropped_[from], "[" + rel(now) + "] " + what + " -> dropped by the pipeline");
+    appendBounded(dropped_[to], "[" + rel(now) + "] " + what + " -> dropped by the pipeline");
+    return;
+  }
+  if (!target_from || !target_to) {
+    // The specification says nothing about a RENAME/COPY between a replicated and a dropped key;
+    // the generator never issues one.
+    throw std::logic_error("model: " + what + " between a replicated and a dropped key");
+  }
+  ++stats_.writes;
+  TargetKey& a = slot(*target_from);
+  TargetKey& b = slot(*target_to);
+  const bool a_in_sync = a.value_known && a.presentAt(now) && a.value == from_value;
+  const int64_t m = maxTtlMs(*target_to);
+  const int64_t replicated = config_.strip_ttl ? 0 : from_deadline;
+  b.exists = true;
+  b.value = to_value;
+  b.value_known = a_in_sync;
+  if (!a_in_sync) {
+    ++stats_.value_unknown;
+  }
+  const std::string effect = "gets the value of " + target_from->second + ", E=" +
+                             describeDeadline(replicated) + " under " + describeMaxTtl(*target_to) +
+                             " -> " + setDeadline(b, clamp(replicated, m, now), now) +
+                             (a_in_sync ? "" : " [value unknown: the copy of the source key had "
+                                               "diverged]");
+  log(b, "[" + rel(now) + "] " + what + " -> " + effect);
+  if (!keep_from && &a != &b) {
+    a.exists = false;
+    log(a, "[" + rel(now) + "] " + what + " -> renamed away, absent");
+  } else if (&a != &b) {
+    log(a, "[" + rel(now) + "] " + what + " -> copied from, unchanged");
+  }
+}
+
+void ExpiryModel::targetOwnWrite(const KeyId& source, int64_t deadline, int64_t now,
+                                 const std::string& what) {
+  auto target = targetOf(source);
+  if (!target) {
+    throw std::logic_error("model: a target write for a dropped key");
+  }
+  TargetKey& t = slot(*target);
+  t.deadline = deadline;
+  log(t, "[" + rel(now) + "] " + what + " -> T=" + describeDeadline(deadline));
+}
+
+void ExpiryModel::flush(int db, int64_t now, const std::string& what) {
+  int target_db = db;
+  bool mapped = true;
+  if (!config_.dbs.empty()) {
+    auto it = config_.dbs.find(db);
+    mapped = it != config_.dbs.end();
+    target_db = mapped ? it->second : -1;
+  }
+  const bool sent = config_.replicate_flush && mapped;
+  ++(sent ? stats_.flushes : stats_.flushes_dropped);
+  for (auto& [id, t] : targets_) {
+    if (id.first != target_db) {
+      continue;
+    }
+    if (sent) {
+      t.exists = false;
+      log(t, "[" + rel(now) + "] " + what + " -> replicated: target db " +
+                 std::to_string(target_db) + " flushed");
+    } else {
+      log(t, "[" + rel(now) + "] " + what + " -> not replicated: the target keeps its copy");
+    }
+  }
+}
+
+void ExpiryModel::markRemovalAmbiguous(const KeyId& source, int64_t now, const std::string& what) {
+  auto target = targetOf(source);
+  if (!target) {
+    return;
+  }
+  TargetKey& t = slot(*target);
+  if (!config_.drop_expirations && t.exists) {
+    t.removal_ambiguous = true;
+    log(t, "[" + rel(now) + "] " + what +
+               " -> the source's expiration may or may not have reached the target yet");
+  }
+}
+
+void ExpiryModel::clearRemovalAmbiguity() {
+  for (auto& [id, t] : targets_) {
+    t.removal_ambiguous = false;
+  }
+}
+
+bool ExpiryModel::inSync(const KeyId& source, const Value& source_value, int64_t t) const {
+  auto target = targetOf(source);
+  if (!target) {
+    return true;
+  }
+  auto it = targets_.find(*target);
+  if (it == targets_.end()) {
+    return !source_value.exists();
+  }
+  const TargetKey& k = it->second;
+  if (!k.value_known) {
+    return false;
+  }
+  return k.presentAt(t) ? k.value == source_value : !source_value.exists();
+}
+
+const TargetKey* ExpiryModel::targetKey(const KeyId& source) const {
+  auto target = targetOf(source);
+  if (!target) {
+    return nullptr;
+  }
+  auto it = targets_.find(*target);
+  return it == targets_.end() ? nullptr : &it->second;
+}
+
+}  // namespace xdcr::test
