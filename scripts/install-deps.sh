@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages xdcr-agent needs to build, test and run its demo. Installs only
 # what is missing; needs root (or sudo). Safe to run again.
+#   --test  also the packages only the test suite needs (chrony: real NTP servers on loopback).
+#           Note: on a machine booted with systemd, Debian's chrony package enables its own
+#           chronyd service (and replaces systemd-timesyncd) — it keeps the clock synchronised
+#           like any NTP client. The tests never use that daemon; they run their own, with -x.
 set -euo pipefail
 
 PACKAGES=(
@@ -14,6 +18,9 @@ PACKAGES=(
   # the clusters the tests and the demo run on
   redis-server redis-tools
 )
+if [ "${1:-}" = "--test" ]; then
+  PACKAGES+=(chrony)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
