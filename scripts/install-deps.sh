@@ -9,7 +9,7 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  g++ cmake ninja-build ccache pkg-config git dpkg-dev
+  g++ cmake ninja-build ccache pkg-config git dpkg-dev file
   # libraries (Debian's, never downloaded at build time)
   libboost1.81-dev libyaml-cpp-dev libssl-dev libspdlog-dev libfmt-dev libcli11-dev
   nlohmann-json3-dev libexpected-dev libre2-dev libxxhash-dev liblzf-dev
