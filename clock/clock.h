@@ -44,8 +44,6 @@ class SimulatedClock final : public Clock {
     now_ms_ += ms;
     mono_ms_ += ms;
   }
-  /** Steps the wall clock only (a clock correction); the monotonic clock is unaffected. */
-  void setWall(int64_t now_ms) { now_ms_ = now_ms; }
 
  private:
   std::atomic<int64_t> now_ms_;
@@ -64,7 +62,6 @@ class ClusterClock {
   int64_t nowMs() const { return local_.nowMs() + offset_ms_.load(std::memory_order_relaxed); }
   int64_t offsetMs() const { return offset_ms_.load(std::memory_order_relaxed); }
   void setOffsetMs(int64_t offset) { offset_ms_.store(offset, std::memory_order_relaxed); }
-  const Clock& local() const { return local_; }
 
  private:
   const Clock& local_;

@@ -69,7 +69,6 @@ class RedisConnection {
   ReadBuffer& buffer() { return buf_; }
   const ReadBuffer& buffer() const { return buf_; }
   const std::string& label() const { return label_; }
-  bool isOpen() const { return socket_.is_open(); }
   /** Closes the socket; pending operations complete with an error. Idempotent. */
   void close();
   /** Cancels pending operations without closing. */

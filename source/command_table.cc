@@ -1,9 +1,10 @@
 #include "source/command_table.h"
 
+#include "common/resp.h"
+
 #include <algorithm>
 #include <array>
 #include <string>
-#include <cctype>
 #include <unordered_map>
 
 namespace xdcr::source {
@@ -162,12 +163,7 @@ void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t 
     case KeyLayout::StoreOpt: {
       int dst = 0;
       for (int i = spec.first_key + 1; i + 1 < n; ++i) {
-        std::string_view a = args[i];
-        if (a.size() >= 5 && a.size() <= 9) {
-          std::string lower(a);
-          for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-          if (lower == "store" || lower == "storedist") dst = i + 1;
-        }
+        if (resp::iequals(args[i], "store") || resp::iequals(args[i], "storedist")) dst = i + 1;
       }
       if (dst == 0) return;  // no STORE: a read
       push(dst);

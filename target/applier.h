@@ -50,8 +50,6 @@ class Applier {
   /** Bytes of the RESTORE payload for a raw value of `value_size` bytes. */
   static size_t restorePayloadSize(size_t value_size) { return 1 + value_size + 2 + 8; }
 
-  /** The target connection is new: its selected db is unknown (0 after connect). */
-  void resetTargetDb() { target_db_ = 0; }
   /**
    * Skew compensation (clock.on_skew: compensate): Δ = target − source, added to every source
    * deadline to translate it into the target's clock domain. 0 = no translation.
