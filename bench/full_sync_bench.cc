@@ -155,25 +155,9 @@ int64_t dbSize(RespClient& client) { return client.command({"DBSIZE"}).integer()
 
 std::string agentConfigYaml(const std::string& state_dir, uint16_t source_port,
                             uint16_t target_port, bool maxttl) {
-  std::ostringstream yaml;
-  yaml << "agent:\n"
-       << "  state_dir: \"" << state_dir << "\"\n"
-       << "  log_level: info\n"
-       << "clusters:\n"
-       << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n"
-       << "  dst:\n"
-       << "    type: redis\n"
-       << "    address: \"127.0.0.1:" << target_port << "\"\n";
-  if (maxttl) {
-    yaml << "    buckets:\n"
-         << "      - db: 0\n"
-         << "        max_ttl: 0\n"
-         << "        collections:\n"
-         << "          - {name: capped, keys: \"c:*\", max_ttl: " << kHour / 1000 << "s}\n";
-  }
-  yaml << "pipelines:\n"
-       << "  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n";
-  return yaml.str();
+  std::vector<BucketSpec> buckets;
+  if (maxttl) buckets = {{0, 0, {{"capped", "c:*", kHour / 1000}}}};
+  return pipelineConfigYaml(state_dir, source_port, target_port, buckets);
 }
 
 /** A native replica's full sync: REPLICAOF until the link is up and no sync is in progress. */

@@ -69,40 +69,16 @@ std::optional<KeyId> ExpiryModel::targetOf(const KeyId& source) const {
 }
 
 int64_t ExpiryModel::maxTtlMs(const KeyId& target) const {
-  for (const auto& bucket : config_.buckets) {
-    if (bucket.db != target.first) {
-      continue;
-    }
-    for (const auto& c : bucket.collections) {
-      if (::fnmatch(c.glob.c_str(), target.second.c_str(), 0) == 0) {
-        // First match wins; max_ttl 0 inherits the bucket's (§3).
-        return (c.max_ttl_s > 0 ? c.max_ttl_s : bucket.max_ttl_s) * kMsPerSecond;
-      }
-    }
-    return bucket.max_ttl_s * kMsPerSecond;
-  }
-  return 0;
+  // First match wins; max_ttl 0 inherits the bucket's (§3).
+  return maxTtlOf(config_.buckets, target.first, target.second).effectiveMs();
 }
 
 std::string ExpiryModel::describeMaxTtl(const KeyId& target) const {
-  for (const auto& bucket : config_.buckets) {
-    if (bucket.db != target.first) {
-      continue;
-    }
-    std::string collection = "_default";
-    int64_t c_s = 0;
-    for (const auto& c : bucket.collections) {
-      if (::fnmatch(c.glob.c_str(), target.second.c_str(), 0) == 0) {
-        collection = c.name;
-        c_s = c.max_ttl_s;
-        break;
-      }
-    }
-    return "collection " + collection + " (C=" + std::to_string(c_s) +
-           "s, B=" + std::to_string(bucket.max_ttl_s) +
-           "s) M=" + std::to_string(maxTtlMs(target) / kMsPerSecond) + "s";
-  }
-  return "no bucket, M=0";
+  const MaxTtlOf m = maxTtlOf(config_.buckets, target.first, target.second);
+  if (m.collection == "(no bucket)") return "no bucket, M=0";
+  return "collection " + m.collection + " (C=" + std::to_string(m.collection_s) +
+         "s, B=" + std::to_string(m.bucket_s) + "s) M=" + std::to_string(m.effectiveMs() / 1000) +
+         "s";
 }
 
 int64_t ExpiryModel::clamp(int64_t e, int64_t m, int64_t now) {

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/target_layout.h"
+
 namespace xdcr::test {
 
 /** A key on one server: (db, name). */
@@ -27,17 +29,7 @@ using KeyId = std::pair<int, std::string>;
 // The configuration the model reads. The test writes the agent's YAML from the same struct, so
 // the two cannot disagree about the settings.
 
-struct CollectionSpec {
-  std::string name;
-  std::string glob;  // Redis MATCH syntax, matched on the TARGET key name
-  int64_t max_ttl_s = 0;  // 0 inherits the bucket's (§3)
-};
-
-struct BucketSpec {
-  int db = 0;  // target db
-  int64_t max_ttl_s = 0;
-  std::vector<CollectionSpec> collections;  // first match wins
-};
+// BucketSpec / CollectionSpec: tests/support/target_layout.h.
 
 struct KeyRewriteSpec {
   std::string from;  // prefix

@@ -57,18 +57,6 @@ constexpr size_t kMaxReportedMismatches = 10;
 // The target's maxTTL configuration (expiry-semantics.md §3). The agent's YAML is generated from
 // this table and the model reads the same table, so the two cannot disagree about the config.
 
-struct CollectionSpec {
-  std::string name;
-  std::string pattern;  // glob
-  int64_t max_ttl_s = 0;
-};
-
-struct BucketSpec {
-  int db = 0;
-  int64_t max_ttl_s = 0;
-  std::vector<CollectionSpec> collections;  // first match wins
-};
-
 const std::vector<BucketSpec>& targetBuckets() {
   static const std::vector<BucketSpec> kBuckets = {
       // B = 600 s: vectors 2-7; c1000 is a collection maxTTL above the bucket's (vector 9's rule);
@@ -84,82 +72,19 @@ const std::vector<BucketSpec>& targetBuckets() {
   return kBuckets;
 }
 
-std::string yamlDuration(int64_t seconds) {
-  return seconds == 0 ? "0" : std::to_string(seconds) + "s";
-}
-
 std::string agentConfigYaml(const std::string& state_dir, uint16_t source_port,
                             uint16_t target_port) {
-  std::ostringstream yaml;
-  yaml << "agent:\n"
-       << "  state_dir: \"" << state_dir << "\"\n"
-       << "  log_level: info\n"
-       << "clusters:\n"
-       << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n"
-       << "  dst:\n"
-       << "    type: redis\n"
-       << "    address: \"127.0.0.1:" << target_port << "\"\n"
-       << "    buckets:\n";
-  for (const auto& bucket : targetBuckets()) {
-    yaml << "      - db: " << bucket.db << "\n"
-         << "        max_ttl: " << yamlDuration(bucket.max_ttl_s) << "\n"
-         << "        collections:\n";
-    for (const auto& c : bucket.collections) {
-      yaml << "          - {name: " << c.name << ", keys: \"" << c.pattern
-           << "\", max_ttl: " << yamlDuration(c.max_ttl_s) << "}\n";
-    }
-  }
-  yaml << "pipelines:\n"
-       << "  - name: p\n"
-       << "    source: src\n"
-       << "    target: dst\n"
-       << "    checkpoint_interval: 1s\n";
-  return yaml.str();
+  return pipelineConfigYaml(state_dir, source_port, target_port, targetBuckets());
 }
 
 // ---------------------------------------------------------------------------------------------
 // The model of expiry-semantics.md §3–§4.
 
-struct MaxTtl {
-  int64_t bucket_s = 0;      // B
-  int64_t collection_s = 0;  // C (0 for the default collection)
-  std::string collection;    // name, "_default" when no pattern matched
-  /** Effective maxTTL M: the collection's if > 0, else the bucket's (§3). */
-  int64_t effectiveMs() const {
-    return (collection_s > 0 ? collection_s : bucket_s) * kMsPerSecond;
-  }
-};
-
-MaxTtl maxTtlOf(int db, const std::string& key) {
-  for (const auto& bucket : targetBuckets()) {
-    if (bucket.db != db) {
-      continue;
-    }
-    for (const auto& c : bucket.collections) {
-      if (::fnmatch(c.pattern.c_str(), key.c_str(), 0) == 0) {
-        return {bucket.max_ttl_s, c.max_ttl_s, c.name};
-      }
-    }
-    return {bucket.max_ttl_s, 0, "_default"};
-  }
-  return {0, 0, "(no bucket)"};
+MaxTtlOf maxTtlOf(int db, const std::string& key) {
+  return test::maxTtlOf(targetBuckets(), db, key);
 }
 
-/**
- * Rule 4, as written in the spec: the target deadline for a replicated deadline `e` (0 = none)
- * under effective maxTTL `m`, with `now` the target's clock at the write. 0 = no deadline.
- */
-int64_t clampDeadline(int64_t e, int64_t m, int64_t now) {
-  if (m == 0) {
-    return e;
-  }
-  if (e == 0 || e > now + m) {
-    return now + m;
-  }
-  return e;
-}
-
-/** The last write that set a key's target deadline: clampDeadline(e, m, now) for a `now` in a
+/** The last write that set a key's target deadline: specClamp(e, m, now) for a `now` in a
  * window. The clamp is non-decreasing in `now`, so the window's ends bound the deadline. */
 struct TargetWrite {
   int64_t e = 0;
@@ -455,7 +380,7 @@ constexpr int kTtlCount = sizeof(kTtls) / sizeof(kTtls[0]);
 
 /** The §9 vectors a (scope, recipe, ttl) combination exercises. */
 std::set<int> vectorsOf(const std::string& key, int db, Recipe recipe, int64_t ttl) {
-  const MaxTtl mt = maxTtlOf(db, key);
+  const MaxTtlOf mt = maxTtlOf(db, key);
   const int64_t b = mt.bucket_s;
   const int64_t c = mt.collection_s;
   std::set<int> v;
@@ -649,8 +574,8 @@ VerifyReport verifyTarget(RedisServer& source, RedisServer& target, const Worklo
       const RespValue& pexpiretime = replies[2 * i + 1];
       const TargetWrite& t = k.target;
       const int64_t now_hi = t.now_until_read ? read_end : t.now_lo;
-      const int64_t lo = clampDeadline(t.e, t.m, t.now_lo);
-      const int64_t hi = clampDeadline(t.e, t.m, now_hi);
+      const int64_t lo = specClamp(t.e, t.m, t.now_lo);
+      const int64_t hi = specClamp(t.e, t.m, now_hi);
       const bool expect_none = lo == 0;
       const bool may_be_gone = !expect_none && lo - kToleranceMs <= read_end;
       if (!may_be_gone) {
@@ -701,7 +626,7 @@ VerifyReport verifyTarget(RedisServer& source, RedisServer& target, const Worklo
       if (!problem.empty()) {
         ok = false;
         if (report.mismatches++ < kMaxReportedMismatches) {
-          const MaxTtl mt = maxTtlOf(k.db, k.key);
+          const MaxTtlOf mt = maxTtlOf(k.db, k.key);
           details << "  db" << k.db << " " << k.key << " [" << k.history << "; collection "
                   << mt.collection << " B=" << mt.bucket_s << "s C=" << mt.collection_s
                   << "s M=" << mt.effectiveMs() / kMsPerSecond << "s";

@@ -74,27 +74,15 @@ constexpr const char* kAppliedMarker = "snapshot applied:";
 // The target's maxTTL configuration (expiry-semantics.md §3). The agent's YAML is generated from
 // this table and the model reads the same table.
 
-struct CollectionSpec {
-  std::string name;
-  std::string pattern;  // glob
-  int64_t max_ttl_ms = 0;
-};
-
-struct BucketSpec {
-  int db = 0;
-  int64_t max_ttl_ms = 0;
-  std::vector<CollectionSpec> collections;  // first match wins
-};
-
 const std::vector<BucketSpec>& targetBuckets() {
   static const std::vector<BucketSpec> kBuckets = {
       // B = 0: keys outside c:* keep their deadline (or none). c:* (40 % of db 0) has M = 1 h:
       // source deadlines of +1..2 h are shortened to now+1h, keys without one get now+1h.
-      {0, 0, {{"capped", "c:*", 1 * kHour}}},
+      {0, 0, {{"capped", "c:*", kHour / 1000}}},
       // B = 30 min: most deadlines are shortened, keys without one get now+30m. long:* has a
       // collection max_ttl above the bucket's: it overrides it (deadlines <= 2 h kept, none ->
       // now+3h).
-      {1, 30 * kMinute, {{"long", "long:*", 3 * kHour}}},
+      {1, 30 * kMinute / 1000, {{"long", "long:*", 3 * kHour / 1000}}},
   };
   return kBuckets;
 }
@@ -107,59 +95,14 @@ std::pair<int, std::string> placeKey(int64_t i) {
   return {0, (i / 10) % 5 < 2 ? "c:" : "k:"};
 }
 
-std::string yamlDuration(int64_t ms) { return ms == 0 ? "0" : std::to_string(ms / 1000) + "s"; }
-
 std::string agentConfigYaml(const std::string& state_dir, uint16_t source_port,
                             uint16_t target_port) {
-  std::ostringstream yaml;
-  yaml << "agent:\n"
-       << "  state_dir: \"" << state_dir << "\"\n"
-       << "  log_level: info\n"
-       << "clusters:\n"
-       << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n"
-       << "  dst:\n"
-       << "    type: redis\n"
-       << "    address: \"127.0.0.1:" << target_port << "\"\n"
-       << "    buckets:\n";
-  for (const auto& bucket : targetBuckets()) {
-    yaml << "      - db: " << bucket.db << "\n"
-         << "        max_ttl: " << yamlDuration(bucket.max_ttl_ms) << "\n"
-         << "        collections:\n";
-    for (const auto& c : bucket.collections) {
-      yaml << "          - {name: " << c.name << ", keys: \"" << c.pattern
-           << "\", max_ttl: " << yamlDuration(c.max_ttl_ms) << "}\n";
-    }
-  }
-  yaml << "pipelines:\n"
-       << "  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n";
-  return yaml.str();
+  return pipelineConfigYaml(state_dir, source_port, target_port, targetBuckets());
 }
 
 /** Effective maxTTL M of a key on the target: its collection's if > 0, else its bucket's. */
 int64_t effectiveMaxTtlMs(int db, const std::string& key) {
-  for (const auto& bucket : targetBuckets()) {
-    if (bucket.db != db) {
-      continue;
-    }
-    for (const auto& c : bucket.collections) {
-      if (::fnmatch(c.pattern.c_str(), key.c_str(), 0) == 0) {
-        return c.max_ttl_ms > 0 ? c.max_ttl_ms : bucket.max_ttl_ms;
-      }
-    }
-    return bucket.max_ttl_ms;
-  }
-  return 0;
-}
-
-/** Rule 4 as the spec writes it. 0 = no deadline. */
-int64_t clampDeadline(int64_t e, int64_t m, int64_t now) {
-  if (m == 0) {
-    return e;
-  }
-  if (e == 0 || e > now + m) {
-    return now + m;
-  }
-  return e;
+  return maxTtlOf(targetBuckets(), db, key).effectiveMs();
 }
 
 DatasetOptions datasetOptions(int64_t keys, const std::string& tag) {
@@ -368,8 +311,8 @@ using DeadlineRule = std::function<DeadlineRange(const DatasetKey&, int64_t)>;
 DeadlineRule clampRule(int64_t from_ms, int64_t to_ms) {
   return [=](const DatasetKey& k, int64_t e) -> DeadlineRange {
     const int64_t m = effectiveMaxTtlMs(k.db, k.key);
-    const int64_t lo = clampDeadline(e, m, from_ms);
-    const int64_t hi = clampDeadline(e, m, to_ms);
+    const int64_t lo = specClamp(e, m, from_ms);
+    const int64_t hi = specClamp(e, m, to_ms);
     if (hi == 0) {
       return std::nullopt;
     }

@@ -9,5 +9,6 @@
 #include "tests/support/redis_server.h"   // IWYU pragma: export
 #include "tests/support/resp_client.h"    // IWYU pragma: export
 #include "tests/support/subprocess.h"     // IWYU pragma: export
+#include "tests/support/target_layout.h"  // IWYU pragma: export
 #include "tests/support/temp_dir.h"       // IWYU pragma: export
 #include "tests/support/wait.h"           // IWYU pragma: export
