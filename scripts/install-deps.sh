@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages xdcr-agent needs to build, test and run its demo. Installs only
 # what is missing; needs root (or sudo). Safe to run again.
-#   --test  also the packages only the test suite needs (chrony: real NTP servers on loopback).
+#   --test  also the packages only the test suite needs: chrony (real NTP/NTS servers on
+#           loopback), faketime (libfaketime: redis-server with a skewed clock) and openssl (the
+#           CLI that makes the test CA for NTS).
 #           Note: on a machine booted with systemd, Debian's chrony package enables its own
 #           chronyd service (and replaces systemd-timesyncd) — it keeps the clock synchronised
 #           like any NTP client. The tests never use that daemon; they run their own, with -x.
@@ -19,7 +21,7 @@ PACKAGES=(
   redis-server redis-tools
 )
 if [ "${1:-}" = "--test" ]; then
-  PACKAGES+=(chrony)
+  PACKAGES+=(chrony faketime openssl)
 fi
 
 missing=()

@@ -3,7 +3,9 @@
 // All processes are started with fork/exec, listen on 127.0.0.1 only, and are stopped by PID.
 
 #include "tests/support/agent_process.h"  // IWYU pragma: export
+#include "tests/support/chrony_server.h"  // IWYU pragma: export
 #include "tests/support/dataset.h"        // IWYU pragma: export
+#include "tests/support/faketime.h"       // IWYU pragma: export
 #include "tests/support/log_watcher.h"    // IWYU pragma: export
 #include "tests/support/net.h"            // IWYU pragma: export
 #include "tests/support/redis_server.h"   // IWYU pragma: export
@@ -11,4 +13,5 @@
 #include "tests/support/subprocess.h"     // IWYU pragma: export
 #include "tests/support/target_layout.h"  // IWYU pragma: export
 #include "tests/support/temp_dir.h"       // IWYU pragma: export
+#include "tests/support/test_ca.h"        // IWYU pragma: export
 #include "tests/support/wait.h"           // IWYU pragma: export

@@ -87,6 +87,25 @@ TEST(SubprocessTest, ExitCodeAndStop) {
   EXPECT_FALSE(sleeper.running());
 }
 
+TEST(SubprocessTest, ExtraEnvironmentReachesOnlyThatChild) {
+  TempDir dir("xdcr-harness");
+  ASSERT_EQ(std::getenv("XDCR_HARNESS_EXTRA"), nullptr);
+  const std::string script = "echo \"${XDCR_HARNESS_EXTRA-unset}|$HOME|${PATH:+path}\"";
+  Subprocess with = Subprocess::start({"sh", "-c", script}, dir.file("log"),
+                                      {{"XDCR_HARNESS_EXTRA", "a b=c"}, {"HOME", "/replaced"}});
+  ASSERT_TRUE(with.waitFor(10s).has_value());
+  // Added, replaced, and the rest of the environment (PATH) kept.
+  EXPECT_EQ(readFileText(dir.file("log")), "a b=c|/replaced|path\n");
+  EXPECT_EQ(std::getenv("XDCR_HARNESS_EXTRA"), nullptr) << "the test's own environment changed";
+
+  Subprocess without = Subprocess::start({"sh", "-c", script}, dir.file("log2"));
+  ASSERT_TRUE(without.waitFor(10s).has_value());
+  EXPECT_EQ(readFileText(dir.file("log2")).substr(0, 6), "unset|");
+
+  EXPECT_THROW(Subprocess::start({"true"}, dir.file("log3"), {{"BAD=NAME", "x"}}),
+               std::invalid_argument);
+}
+
 TEST(RedisServerTest, StartsAnswersAndParsesEveryReplyType) {
   RedisServer server;
   ASSERT_GT(server.port(), 0);

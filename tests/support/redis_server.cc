@@ -62,6 +62,20 @@ std::vector<ReplicaInfo> replicasOf(const std::map<std::string, std::string>& re
 RedisServer::RedisServer(std::vector<std::string> extra_args,
                          std::chrono::milliseconds start_timeout)
     : dir_("xdcr-redis"), extra_args_(std::move(extra_args)), start_timeout_(start_timeout) {
+  startOnFreePort();
+}
+
+RedisServer::RedisServer(std::vector<std::string> extra_args,
+                         std::chrono::milliseconds start_timeout,
+                         std::vector<std::pair<std::string, std::string>> env)
+    : dir_("xdcr-redis"),
+      extra_args_(std::move(extra_args)),
+      start_timeout_(start_timeout),
+      env_(std::move(env)) {
+  startOnFreePort();
+}
+
+void RedisServer::startOnFreePort() {
   std::string reasons;
   for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
     std::string why;
@@ -92,7 +106,7 @@ bool RedisServer::startOn(uint16_t port, std::string* why) {
   // clang-format on
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   try {
-    process_ = Subprocess::start(argv, dir_.file("redis.stdout"));
+    process_ = Subprocess::start(argv, dir_.file("redis.stdout"), env_);
   } catch (const std::exception& e) {
     *why = e.what();
     return false;

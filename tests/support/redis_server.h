@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/resp_client.h"
@@ -39,6 +40,10 @@ class RedisServer {
    */
   explicit RedisServer(std::vector<std::string> extra_args = {},
                        std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
+  /** As above, with extra environment variables (NAME, value) for the server process only, e.g.
+   * LD_PRELOAD for a skewed clock (faketime.h); kept for restart(). */
+  RedisServer(std::vector<std::string> extra_args, std::chrono::milliseconds start_timeout,
+              std::vector<std::pair<std::string, std::string>> env);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -64,10 +69,13 @@ class RedisServer {
  private:
   /** One start attempt on `port`; on failure stops the process and explains why in `why`. */
   bool startOn(uint16_t port, std::string* why);
+  /** The constructors' start loop: free ports, kStartAttempts tries. */
+  void startOnFreePort();
 
   TempDir dir_;
   std::vector<std::string> extra_args_;
   std::chrono::milliseconds start_timeout_;
+  std::vector<std::pair<std::string, std::string>> env_;
   uint16_t port_ = 0;
   Subprocess process_;
 };

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <thread>
 
+extern char** environ;
+
 namespace xdcr::test {
 namespace {
 
@@ -72,6 +74,11 @@ std::string ExitStatus::describe() const {
 }
 
 Subprocess Subprocess::start(const std::vector<std::string>& argv, const std::string& log_path) {
+  return start(argv, log_path, {});
+}
+
+Subprocess Subprocess::start(const std::vector<std::string>& argv, const std::string& log_path,
+                             const std::vector<std::pair<std::string, std::string>>& extra_env) {
   if (argv.empty()) {
     throw std::invalid_argument("Subprocess::start: empty argv");
   }
@@ -85,6 +92,33 @@ Subprocess Subprocess::start(const std::vector<std::string>& argv, const std::st
     c_argv.push_back(const_cast<char*>(arg.c_str()));
   }
   c_argv.push_back(nullptr);
+
+  // The child's environment: ours, with `extra_env` replacing or adding variables. Built here,
+  // before fork(), for the same reason as argv.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [key, value] : extra_env) {
+      replaced = replaced || key == name;
+    }
+    if (!replaced) {
+      env_strings.push_back(std::move(entry));
+    }
+  }
+  for (const auto& [key, value] : extra_env) {
+    if (key.empty() || key.find('=') != std::string::npos) {
+      throw std::invalid_argument("Subprocess::start: bad environment variable name '" + key + "'");
+    }
+    env_strings.push_back(key + "=" + value);
+  }
+  std::vector<char*> c_env;
+  c_env.reserve(env_strings.size() + 1);
+  for (auto& entry : env_strings) {
+    c_env.push_back(entry.data());
+  }
+  c_env.push_back(nullptr);
 
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
@@ -136,7 +170,7 @@ Subprocess Subprocess::start(const std::vector<std::string>& argv, const std::st
     ::dup2(log_fd, STDERR_FILENO);
     // Do not leak the test's sockets and files into the child (best effort; needs Linux 5.11).
     ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    ::execv(program.c_str(), c_argv.data());
+    ::execve(program.c_str(), c_argv.data(), c_env.data());
     int err = errno;
     ssize_t ignored = ::write(err_pipe[1], &err, sizeof(err));
     (void)ignored;

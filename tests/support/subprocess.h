@@ -10,6 +10,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xdcr::test {
@@ -35,6 +36,12 @@ class Subprocess {
    * cannot be started (not found, not executable, fork failure); the message says which.
    */
   static Subprocess start(const std::vector<std::string>& argv, const std::string& log_path);
+  /**
+   * As above, with the test's environment plus `extra_env` (NAME, value): a NAME already in the
+   * environment is replaced, so e.g. LD_PRELOAD reaches only this child.
+   */
+  static Subprocess start(const std::vector<std::string>& argv, const std::string& log_path,
+                          const std::vector<std::pair<std::string, std::string>>& extra_env);
 
   ~Subprocess();
   Subprocess(Subprocess&& other) noexcept;
