@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "common/openssl_error.h"
+
 namespace xdcr::clock {
 namespace {
 
@@ -20,19 +22,6 @@ struct CtxFree {
 };
 using CipherPtr = std::unique_ptr<EVP_CIPHER, CipherFree>;
 using CtxPtr = std::unique_ptr<EVP_CIPHER_CTX, CtxFree>;
-
-// OpenSSL's own reason for the last failure, and the error queue emptied: a stale entry would
-// otherwise be blamed on an unrelated later call (the TLS code reads the same thread's queue).
-std::string opensslReason() {
-  unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) {
-    return "no detail from OpenSSL";
-  }
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
 
 // The cipher and a context initialised with the key for one direction. "AES-128-SIV" is
 // AEAD_AES_SIV_CMAC_256: the name counts the bits of each of its two AES keys.

@@ -19,11 +19,6 @@ namespace net = boost::asio;
 using namespace net::experimental::awaitable_operators;
 constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
 
-std::string hostPortText(const std::string& host, uint16_t port) {
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
-                                             : fmt::format("{}:{}", host, port);
-}
-
 // Unique identifiers, nonces and the transmit cookie must be unpredictable even to an on-path
 // observer of earlier requests: the OS-seeded CSPRNG, not a general-purpose generator.
 Result<NtsRequestIds> randomIds() {
@@ -84,18 +79,12 @@ net::awaitable<Exchange> exchangeOnce(net::ip::udp::endpoint ep, const NtsKeys& 
     out.problem = "cannot build the request: " + request.error().message;
     co_return out;
   }
-  // A fresh socket (fresh ephemeral port) per exchange, connected so the kernel drops datagrams
-  // from other peers, as in the SNTP client.
-  net::ip::udp::socket sock(ex);
-  boost::system::error_code ec;
-  sock.open(ep.protocol(), ec);
-  if (!ec) {
-    sock.connect(ep, ec);
-  }
-  if (ec) {
-    out.problem = fmt::format("cannot open a UDP socket to it: {}", ec.message());
+  auto opened = openConnectedUdp(ex, ep);
+  if (!opened) {
+    out.problem = opened.error().message;
     co_return out;
   }
+  net::ip::udp::socket& sock = *opened;
   std::array<uint8_t, 4096> buf{};
   const int64_t t1 = opt.now_ns();
   auto [sec, sent] = co_await sock.async_send(net::buffer(*request), use_nothrow);
@@ -109,10 +98,13 @@ net::awaitable<Exchange> exchangeOnce(net::ip::udp::endpoint ep, const NtsKeys& 
   int ignored = 0;
   std::string last_ignored;
   for (;;) {
-    net::steady_timer timer(ex, deadline);
-    auto r = co_await (sock.async_receive(net::buffer(buf), use_nothrow) ||
-                       timer.async_wait(use_nothrow));
-    if (r.index() == 1) {
+    auto got = co_await receiveBefore(sock, net::buffer(buf), deadline);
+    const int64_t t4 = opt.now_ns();
+    if (!got) {
+      out.problem = got.error().message;
+      co_return out;
+    }
+    if (!*got) {
       out.problem =
           ignored == 0
               ? fmt::format("no reply within {} ms", opt.timeout.count())
@@ -122,12 +114,7 @@ net::awaitable<Exchange> exchangeOnce(net::ip::udp::endpoint ep, const NtsKeys& 
                             last_ignored);
       co_return out;
     }
-    auto [rec, n] = std::get<0>(r);
-    const int64_t t4 = opt.now_ns();
-    if (rec) {
-      out.problem = fmt::format("receive failed: {}", rec.message());
-      co_return out;
-    }
+    const size_t n = **got;
     ByteSpan reply(buf.data(), n);
     auto ignore = [&](std::string why) {
       ++ignored;
@@ -205,7 +192,7 @@ net::awaitable<Status> NtsClient::establish(const HostPort& ke) {
     co_return fail(Error::io(fmt::format("NTS server {}: {}", server_, ep.error().message)));
   }
   s.ntp = *ep;
-  s.ntp_name = hostPortText(host, port);
+  s.ntp_name = formatHostPort(host, port);
   session_ = std::move(s);
   co_return Status{};
 }
@@ -252,10 +239,7 @@ net::awaitable<Result<SntpResult>> NtsClient::query() {
       }
     }
     if (x.sample) {
-      if (result.valid_samples == 0 || x.sample->delay_ns < result.best.delay_ns) {
-        result.best = *x.sample;
-      }
-      ++result.valid_samples;
+      addSample(result, *x.sample);
       continue;
     }
     result.problems.push_back(fmt::format("sample {}: {}", i + 1, x.problem));
@@ -264,22 +248,15 @@ net::awaitable<Result<SntpResult>> NtsClient::query() {
       break;
     }
     // An authenticated kiss-o'-death is honoured like in the SNTP client.
-    if (x.rejection && x.rejection->reason == NtpReject::KissOfDeath &&
-        (x.rejection->kiss_code == "DENY" || x.rejection->kiss_code == "RSTR" ||
-         x.rejection->kiss_code == "RATE")) {
+    if (x.rejection && isBackOffKiss(*x.rejection)) {
       co_return fail(Error::refused(fmt::format("NTS server {}: {}", server_, x.problem)));
     }
   }
   if (result.valid_samples == 0) {
-    std::string why;
-    for (const auto& p : result.problems) {
-      why += why.empty() ? "" : "; ";
-      why += p;
-    }
     std::string msg = fmt::format(
         "NTS server {}{}: no authenticated, usable sample out of {}: {}", server_,
         session_ ? fmt::format(" (NTP at {})", session_->ntp_name) : std::string(), attempted,
-        why);
+        joinProblems(result.problems));
     co_return fail(auth_failures ? Error::auth(std::move(msg)) : Error::io(std::move(msg)));
   }
   co_return result;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "clock/nts.h"
+#include "common/openssl_error.h"
 
 namespace xdcr::clock {
 namespace {
@@ -34,22 +35,6 @@ constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
 // ALPN in wire form: length-prefixed protocol names.
 constexpr unsigned char kAlpn[] = {7, 'n', 't', 's', 'k', 'e', '/', '1'};
 constexpr std::string_view kAlpnName = "ntske/1";
-
-std::string hostPortText(const HostPort& hp) {
-  return hp.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", hp.host, hp.port)
-                                                : fmt::format("{}:{}", hp.host, hp.port);
-}
-
-std::string opensslReason() {
-  unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) {
-    return "no detail from OpenSSL";
-  }
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
 
 // What an operator should do about a certificate that did not verify.
 std::string verifyHint(long result, const std::string& host, const std::string& ca_file) {
@@ -84,7 +69,7 @@ std::string verifyHint(long result, const std::string& host, const std::string& 
 net::awaitable<Result<NtsKeResult>> ntsKeyExchange(HostPort server, std::string ca_file,
                                                    std::chrono::milliseconds timeout) {
   auto ex = co_await net::this_coro::executor;
-  const std::string who = "NTS-KE server " + hostPortText(server);
+  const std::string who = "NTS-KE server " + formatHostPort(server.host, server.port);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto timedOut = [&](const char* stage) {
     return fail(Error::io(fmt::format("{}: no answer within {} ms while {}", who,

@@ -53,6 +53,54 @@ WallClockNs wallClockFrom(const Clock& clock) {
   return [&clock] { return clock.nowMs() * 1'000'000; };
 }
 
+void addSample(SntpResult& result, const NtpSample& sample) {
+  if (result.valid_samples == 0 || sample.delay_ns < result.best.delay_ns) result.best = sample;
+  ++result.valid_samples;
+}
+
+std::string joinProblems(const std::vector<std::string>& problems) {
+  std::string out;
+  for (const auto& p : problems) {
+    out += out.empty() ? "" : "; ";
+    out += p;
+  }
+  return out;
+}
+
+bool isBackOffKiss(const NtpRejection& r) {
+  return r.reason == NtpReject::KissOfDeath &&
+         (r.kiss_code == "DENY" || r.kiss_code == "RSTR" || r.kiss_code == "RATE");
+}
+
+std::string formatHostPort(const std::string& host, uint16_t port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                             : fmt::format("{}:{}", host, port);
+}
+
+Result<net::ip::udp::socket> openConnectedUdp(const net::any_io_executor& ex,
+                                              const net::ip::udp::endpoint& ep) {
+  net::ip::udp::socket sock(ex);
+  boost::system::error_code ec;
+  sock.open(ep.protocol(), ec);
+  if (!ec) sock.connect(ep, ec);
+  if (ec) return fail(Error::io(fmt::format("cannot open a UDP socket to it: {}", ec.message())));
+  return sock;
+}
+
+net::awaitable<Result<std::optional<size_t>>> receiveBefore(
+    net::ip::udp::socket& sock, net::mutable_buffer buf,
+    std::chrono::steady_clock::time_point deadline) {
+  net::steady_timer timer(sock.get_executor(), deadline);
+  auto r = co_await (sock.async_receive(buf, use_nothrow) || timer.async_wait(use_nothrow));
+  if (r.index() == 1) co_return std::optional<size_t>();
+  auto [ec, n] = std::get<0>(r);
+  if (ec) {
+    // E.g. ICMP port unreachable surfaces as connection_refused on a connected socket.
+    co_return fail(Error::io(fmt::format("receive failed: {}", ec.message())));
+  }
+  co_return std::optional<size_t>(n);
+}
+
 Result<HostPort> parseHostPort(const std::string& spec, uint16_t default_port) {
   HostPort hp;
   hp.port = default_port;
@@ -98,17 +146,13 @@ net::awaitable<Exchange> exchangeOnce(net::ip::udp::endpoint ep, const SntpOptio
   auto ex = co_await net::this_coro::executor;
   Exchange out;
   // A fresh socket, hence a fresh ephemeral port, per exchange: a late reply to an earlier
-  // request cannot arrive on it. connect() makes the kernel drop datagrams from other peers.
-  net::ip::udp::socket sock(ex);
-  boost::system::error_code ec;
-  sock.open(ep.protocol(), ec);
-  if (!ec) {
-    sock.connect(ep, ec);
-  }
-  if (ec) {
-    out.problem = fmt::format("cannot open a UDP socket to it: {}", ec.message());
+  // request cannot arrive on it.
+  auto opened = openConnectedUdp(ex, ep);
+  if (!opened) {
+    out.problem = opened.error().message;
     co_return out;
   }
+  net::ip::udp::socket& sock = *opened;
   uint64_t cookie = randomCookie();
   NtpBytes request = encodePacket(makeClientRequest(cookie));
   std::array<uint8_t, 1024> buf{};
@@ -124,20 +168,17 @@ net::awaitable<Exchange> exchangeOnce(net::ip::udp::endpoint ep, const SntpOptio
   // end the exchange, or anyone able to send us one could suppress our measurement.
   std::string bogus;
   for (;;) {
-    net::steady_timer timer(ex, deadline);
-    auto r = co_await (sock.async_receive(net::buffer(buf), use_nothrow) ||
-                       timer.async_wait(use_nothrow));
-    if (r.index() == 1) {
+    auto got = co_await receiveBefore(sock, net::buffer(buf), deadline);
+    const int64_t t4 = opt.now_ns();
+    if (!got) {
+      out.problem = got.error().message;
+      co_return out;
+    }
+    if (!*got) {
       out.problem = fmt::format("no valid reply within {} ms{}", opt.timeout.count(), bogus);
       co_return out;
     }
-    auto [rec, n] = std::get<0>(r);
-    int64_t t4 = opt.now_ns();
-    if (rec) {
-      // E.g. ICMP port unreachable surfaces as connection_refused on a connected socket.
-      out.problem = fmt::format("receive failed: {}", rec.message());
-      co_return out;
-    }
+    const size_t n = **got;
     auto checked = checkReply(std::span<const uint8_t>(buf.data(), n), cookie, t1, t4, opt.limits);
     if (checked) {
       out.sample = *checked;
@@ -181,27 +222,17 @@ net::awaitable<Result<SntpResult>> querySntpServer(std::string server, SntpOptio
     }
     Exchange x = co_await exchangeOnce(ep, options);
     if (x.sample) {
-      if (result.valid_samples == 0 || x.sample->delay_ns < result.best.delay_ns) {
-        result.best = *x.sample;
-      }
-      ++result.valid_samples;
+      addSample(result, *x.sample);
       continue;
     }
     result.problems.push_back(fmt::format("sample {}: {}", i + 1, x.problem));
-    if (x.rejection && x.rejection->reason == NtpReject::KissOfDeath &&
-        (x.rejection->kiss_code == "DENY" || x.rejection->kiss_code == "RSTR" ||
-         x.rejection->kiss_code == "RATE")) {
+    if (x.rejection && isBackOffKiss(*x.rejection)) {
       co_return fail(Error::refused(fmt::format("NTP server {}: {}", server, x.problem)));
     }
   }
   if (result.valid_samples == 0) {
-    std::string why;
-    for (const auto& p : result.problems) {
-      why += why.empty() ? "" : "; ";
-      why += p;
-    }
-    co_return fail(Error::io(
-        fmt::format("NTP server {}: no usable sample out of {}: {}", server, samples, why)));
+    co_return fail(Error::io(fmt::format("NTP server {}: no usable sample out of {}: {}", server,
+                                         samples, joinProblems(result.problems))));
   }
   co_return result;
 }

@@ -5,9 +5,11 @@
 // Errors are values; nothing on this path throws.
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/udp.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,12 +46,32 @@ struct SntpResult {
   std::vector<std::string> problems;  // one line per failed exchange (timeouts, rejections)
 };
 
+/** Adds one valid sample, keeping the minimum-delay one as `best`. */
+void addSample(SntpResult& result, const NtpSample& sample);
+/** The problems of the failed exchanges as one line ("a; b; c"). */
+std::string joinProblems(const std::vector<std::string>& problems);
+/** A kiss-o'-death that tells us to stop or slow down (DENY, RSTR, RATE; RFC 5905 §7.4). */
+bool isBackOffKiss(const NtpRejection& r);
+
 /** "host", "host:port", "[v6]:port" or a bare IPv6 address; port defaults to 123. */
 struct HostPort {
   std::string host;
   uint16_t port = 123;
 };
 Result<HostPort> parseHostPort(const std::string& spec, uint16_t default_port = 123);
+/** "host:port", or "[v6]:port" for an IPv6 address. */
+std::string formatHostPort(const std::string& host, uint16_t port);
+
+/**
+ * A UDP socket connected to `ep`, so that the kernel drops datagrams from other peers; each
+ * call gets a fresh ephemeral port, so a late reply to an earlier request cannot arrive on it.
+ */
+Result<boost::asio::ip::udp::socket> openConnectedUdp(const boost::asio::any_io_executor& ex,
+                                                      const boost::asio::ip::udp::endpoint& ep);
+/** One datagram before `deadline`: its size, nullopt on timeout, or the receive error. */
+boost::asio::awaitable<Result<std::optional<size_t>>> receiveBefore(
+    boost::asio::ip::udp::socket& sock, boost::asio::mutable_buffer buf,
+    std::chrono::steady_clock::time_point deadline);
 
 /**
  * Queries one server. Fails when no exchange gave a valid sample (message lists why), and at

@@ -13,8 +13,10 @@
 #include <spdlog/spdlog.h>
 
 #include "clock/clock.h"
+#include "clock/skew_monitor.h"
 #include "common/version.h"
 #include "replicator/admin_server.h"
+#include "replicator/clock_report.h"
 #include "replicator/metrics.h"
 #include "replicator/pipeline.h"
 
@@ -23,7 +25,8 @@ namespace {
 
 using Pipelines = std::vector<std::unique_ptr<Pipeline>>;
 
-nlohmann::json statusJson(const Pipelines& pipelines, bool draining) {
+nlohmann::json statusJson(const Pipelines& pipelines, bool draining,
+                          const clock::ClockReport* clock_report, const config::Config& cfg) {
   nlohmann::json j;
   j["version"] = version();
   j["revision"] = gitRevision();
@@ -34,6 +37,7 @@ nlohmann::json statusJson(const Pipelines& pipelines, bool draining) {
     pj["name"] = p->name();
     pj["state"] = stateName(p->state());
     pj["paused_reason"] = p->pausedReason();
+    pj["paused_detail"] = p->pausedDetail();
     pj["paused"] = p->paused();
     pj["source_offset"] = p->sourceOffset();
     pj["applied_offset"] = p->appliedOffset();
@@ -47,16 +51,16 @@ nlohmann::json statusJson(const Pipelines& pipelines, bool draining) {
                        {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
                        {"expired", fs.expired},        {"failed", fs.failed},
                        {"seconds", fs.seconds}};
+    pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
     pj["last_error"] = p->lastError();
     arr.push_back(pj);
   }
-  // Clock skew is not measured yet (the clock issue); say so rather than print zeros.
-  j["clock"] = {{"measured", false}};
+  j["clock"] = clockReportJson(clock_report, cfg.clock);
   return j;
 }
 
 AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const config::Config& cfg,
-                 bool draining) {
+                 bool draining, const clock::ClockReport* clock_report) {
   auto text = [](int status, std::string body) {
     return AdminReply{status, "text/plain; charset=utf-8", std::move(body)};
   };
@@ -76,7 +80,9 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
       }
       return text(200, "ready\n");
     }
-    if (req.path == "/status") return json(200, statusJson(pipelines, draining));
+    if (req.path == "/status") {
+      return json(200, statusJson(pipelines, draining, clock_report, cfg));
+    }
     if (req.path == "/metrics") {
       std::vector<PipelineMetrics> pm;
       for (const auto& p : pipelines) {
@@ -87,9 +93,12 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
         m.backlog_bytes = static_cast<double>(p->backlogBytes());
         m.paused = p->paused();
         m.paused_reason = p->pausedReason();
+        m.skew = &p->skew();
+        m.compensation_seconds = double(p->compensationMs()) / 1e3;
         pm.push_back(std::move(m));
       }
-      return AdminReply{200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics(pm)};
+      return AdminReply{200, "text/plain; version=0.0.4; charset=utf-8",
+                        renderMetrics(pm, clock_report)};
     }
     if (req.path == "/config") {
       return AdminReply{200, "application/json", config::redactedJson(cfg) + "\n"};
@@ -106,7 +115,7 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
       for (const auto& p : pipelines) {
         if (p->name() != name) continue;
         if (action == "pause") {
-          p->pause("operator");
+          p->pause();
         } else if (action == "resume") {
           p->resume();
         } else {
@@ -131,15 +140,21 @@ namespace {
  */
 class PipelineSet {
  public:
-  PipelineSet(net::io_context& ioc, const clock::Clock& clock, int64_t simulated_skew)
-      : ioc_(ioc), clock_(clock), simulated_skew_(simulated_skew) {}
+  PipelineSet(net::io_context& ioc, const clock::Clock& clock, clock::SkewMonitor& monitor)
+      : ioc_(ioc), clock_(clock), monitor_(monitor) {}
+
+  /** A clock check completed: every pipeline re-evaluates its skew policy. */
+  void clockReport(const clock::ClockReport& r) {
+    for (const auto& p : pipelines_) p->onClockReport(r);
+  }
 
   const Pipelines& pipelines() const { return pipelines_; }
   bool failed() const { return failed_; }
 
   void start(const config::ConfigConstSharedPtr& cfg, const config::PipelineConfig& pc) {
     auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, pc, clock_);
-    p->setSimulatedSkewMs(simulated_skew_);
+    // A pipeline started by a reload need not wait a whole check_interval for its clocks.
+    if (monitor_.latest()) p->onClockReport(*monitor_.latest());
     Pipeline* raw = p.get();
     fingerprints_[pc.name] = config::pipelineFingerprint(*cfg, pc);
     pipelines_.push_back(std::move(p));
@@ -177,7 +192,10 @@ class PipelineSet {
     stopping_ = true;
     replacements_.clear();
     for (const auto& p : pipelines_) p->stop();
-    if (pipelines_.empty()) ioc_.stop();
+    if (pipelines_.empty()) {
+      monitor_.stop();
+      ioc_.stop();
+    }
   }
 
  private:
@@ -194,13 +212,16 @@ class PipelineSet {
     fingerprints_.erase(name);
     if (pipelines_.empty() && (stopping_ || replacements_.empty())) {
       if (!stopping_) spdlog::warn("no pipeline is running any more");
-      if (stopping_ || failed_) ioc_.stop();
+      if (stopping_ || failed_) {
+        monitor_.stop();
+        ioc_.stop();
+      }
     }
   }
 
   net::io_context& ioc_;
   const clock::Clock& clock_;
-  int64_t simulated_skew_;
+  clock::SkewMonitor& monitor_;
   Pipelines pipelines_;
   std::map<std::string, std::string> fingerprints_;
   std::map<std::string, std::pair<config::ConfigConstSharedPtr, const config::PipelineConfig*>>
@@ -214,14 +235,12 @@ class PipelineSet {
 int runAgent(config::ConfigConstSharedPtr config) {
   net::io_context ioc(1);
   clock::SystemClock clock;
-  // Test hook until the clock module measures skew (see Pipeline::setSimulatedSkewMs).
-  int64_t simulated_skew = 0;
-  if (const char* s = std::getenv("XDCR_TEST_CLOCK_SKEW_MS"); s != nullptr && *s != 0) {
-    simulated_skew = std::strtoll(s, nullptr, 10);
-    spdlog::warn("XDCR_TEST_CLOCK_SKEW_MS={}: simulating a target clock {:+} ms from the source's",
-                 s, simulated_skew);
-  }
-  PipelineSet set(ioc, clock, simulated_skew);
+  // The skew monitor measures NTP and every cluster's clock at once, then every check_interval;
+  // pipelines with clock.on_skew pause or compensate wait for its first report.
+  clock::SkewMonitor monitor(ioc.get_executor(), config);
+  PipelineSet set(ioc, clock, monitor);
+  monitor.onReport([&set](const clock::ClockReport& r) { set.clockReport(r); });
+  net::co_spawn(ioc, monitor.run(), net::detached);
   spdlog::info("xdcr-agent {} ({}) starting {} pipeline(s) from {}", version(), gitRevision(),
                config->pipelines.size(), config->path);
   for (const auto& p : config->pipelines) set.start(config, p);
@@ -231,7 +250,8 @@ int runAgent(config::ConfigConstSharedPtr config) {
   std::unique_ptr<AdminServer> admin;
   if (config->agent.admin_listen) {
     admin = std::make_unique<AdminServer>(ioc.get_executor(), [&](const AdminRequest& req) {
-      return route(req, set.pipelines(), *current, stopping);
+      return route(req, set.pipelines(), *current, stopping,
+                   monitor.latest() ? &*monitor.latest() : nullptr);
     });
     if (auto s = admin->start(*config->agent.admin_listen); !s) {
       spdlog::critical("{}", s.error().message);
@@ -260,6 +280,8 @@ int runAgent(config::ConfigConstSharedPtr config) {
     spdlog::set_level(spdlog::level::from_str(kLevels[int(r.config->agent.log_level)]));
     set.apply(r.config);
     current = r.config;
+    monitor.setConfig(r.config);
+    monitor.checkSoon();
     spdlog::info("reload: {} applied", current->path);
   };
 

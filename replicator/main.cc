@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "replicator/admin_server.h"
 #include "replicator/agent.h"
+#include "replicator/clock_report.h"
 
 namespace {
 
@@ -63,21 +64,28 @@ int printStatus(const std::string& admin, bool as_json) {
   }
   std::printf("xdcr-agent %s (%s)%s\n", j.value("version", "?").c_str(),
               j.value("revision", "?").c_str(), j.value("draining", false) ? ", draining" : "");
-  std::printf("%-20s %-13s %9s %12s %16s %16s  %s\n", "PIPELINE", "STATE", "LAG_S", "BACKLOG_B",
-              "SOURCE_OFFSET", "APPLIED_OFFSET", "NOTE");
+  std::printf("%-20s %-13s %9s %12s %16s %16s %10s  %s\n", "PIPELINE", "STATE", "LAG_S",
+              "BACKLOG_B", "SOURCE_OFFSET", "APPLIED_OFFSET", "SKEW_S", "NOTE");
   for (const auto& p : j["pipelines"]) {
-    std::string note = p.value("paused_reason", "");
+    std::string note = p.value("paused_detail", "");
+    if (note.empty()) note = p.value("paused_reason", "");
+    const auto clock = p.value("clock", nlohmann::json::object());
+    const std::string skew = clock.contains("skew_seconds")
+                                 ? fmt::format("{:+.3f}", clock["skew_seconds"].get<double>())
+                                 : "-";
+    if (note.empty() && clock.value("exceeded", false)) note = clock.value("reason", "");
     const auto& fs = p["full_sync"];
     if (fs.value("active", false)) {
       note = fmt::format("full sync {}/{} keys", fs.value("keys_done", 0ull),
                          fs.value("keys_total", 0ull));
     }
     if (note.empty()) note = p.value("last_error", "");
-    std::printf("%-20s %-13s %9.3f %12llu %16llu %16llu  %s\n", p.value("name", "").c_str(),
+    std::printf("%-20s %-13s %9.3f %12llu %16llu %16llu %10s  %s\n", p.value("name", "").c_str(),
                 p.value("state", "").c_str(), p.value("lag_seconds", 0.0),
                 static_cast<unsigned long long>(p.value("backlog_bytes", 0ull)),
                 static_cast<unsigned long long>(p.value("source_offset", 0ull)),
-                static_cast<unsigned long long>(p.value("applied_offset", 0ull)), note.c_str());
+                static_cast<unsigned long long>(p.value("applied_offset", 0ull)), skew.c_str(),
+                note.c_str());
   }
   return 0;
 }
@@ -105,6 +113,13 @@ int main(int argc, char** argv) {
                      "do not check environment variables and secret files");
 
   app.add_subcommand("version", "print version, git revision and build type");
+
+  auto* clock_cmd = app.add_subcommand(
+      "clock", "one-shot clock report: NTP, every cluster, every pipeline's skew");
+  clock_cmd->add_option("-c,--config", config_path, "config file")->required();
+  std::string clock_output = "table";
+  clock_cmd->add_option("-o,--output", clock_output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
 
   std::string admin_addr = "127.0.0.1:9464", output = "table";
   auto* status = app.add_subcommand("status", "show a running agent's /status");
@@ -135,6 +150,10 @@ int main(int argc, char** argv) {
   }
   auto cfg = load(config_path, true);
   if (!cfg) return kExitConfig;
+  if (app.got_subcommand("clock")) {
+    xdcr::setupLogging(log_level.empty() ? "warn" : log_level, xdcr::LogFormat::Text);
+    return xdcr::replicator::runClockCommand(cfg, clock_output == "json");
+  }
   xdcr::setupLogging(log_level.empty() ? levelName(cfg->agent.log_level) : log_level,
                      (log_format.empty() ? cfg->agent.log_format == xdcr::config::LogFormat::Json
                                          : log_format == "json")

@@ -17,7 +17,11 @@ class Family {
   }
   /** `labels` is the inside of {...}, already escaped. */
   void sample(std::string_view labels, double value) {
-    fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name_, labels, value);
+    if (labels.empty()) {
+      fmt::format_to(std::back_inserter(out_), "{} {}\n", name_, value);
+    } else {
+      fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name_, labels, value);
+    }
   }
 
  private:
@@ -26,6 +30,60 @@ class Family {
 };
 
 std::string pl(const PipelineMetrics& p) { return "pipeline=\"" + escapeLabel(p.name) + "\""; }
+
+std::string quoted(std::string_view label, std::string_view value) {
+  return fmt::format("{}=\"{}\"", label, escapeLabel(value));
+}
+
+/** The agent-wide clock metrics (interface.md §4), from the latest completed check. */
+void renderClockMetrics(std::string& out, const clock::ClockReport& r) {
+  {
+    Family f(out, "xdcr_clock_offset_seconds", "gauge",
+             "Clock minus NTP consensus time: clock=local is this host, otherwise a cluster. "
+             "Absent without an NTP majority.");
+    if (auto local = r.ntp.localErrorNs()) {
+      f.sample(quoted("clock", "local"), double(*local) / 1e9);
+      for (const auto& [name, c] : r.clusters) {
+        if (auto e = r.clusterErrorNs(name)) f.sample(quoted("clock", name), double(*e) / 1e9);
+      }
+    }
+  }
+  {
+    Family f(out, "xdcr_clock_cluster_offset_seconds", "gauge",
+             "A cluster's clock minus this host's (Redis TIME, minimum-RTT sample).");
+    for (const auto& [name, c] : r.clusters) {
+      if (c.measured) f.sample(quoted("cluster", name), double(c.offset_ns) / 1e9);
+    }
+  }
+  {
+    Family f(out, "xdcr_clock_cluster_probe_ok", "gauge",
+             "1 if the latest TIME probe of the cluster succeeded.");
+    for (const auto& [name, c] : r.clusters) f.sample(quoted("cluster", name), c.error.empty());
+  }
+  if (r.ntp.configured) {
+    {
+      Family f(out, "xdcr_clock_ntp_majority", "gauge",
+               "1 if a majority of the NTP servers agreed at the latest check, 0 if not.");
+      f.sample("", r.ntp.ok ? 1 : 0);
+    }
+    {
+      Family f(out, "xdcr_clock_ntp_server_offset_seconds", "gauge",
+               "An NTP server's time minus this host's (minimum-delay sample).");
+      for (const auto& s : r.ntp.servers) {
+        if (s.ok) f.sample(quoted("server", s.server), double(s.offset_ns) / 1e9);
+      }
+    }
+    {
+      Family f(out, "xdcr_clock_ntp_server_truechimer", "gauge",
+               "1 if the server is in the majority, 0 if a falseticker or silent.");
+      for (const auto& s : r.ntp.servers) f.sample(quoted("server", s.server), s.truechimer);
+    }
+  }
+  {
+    Family f(out, "xdcr_clock_checks_total", "counter", "Completed clock checks.");
+    f.sample("", double(r.check));
+  }
+}
 
 }  // namespace
 
@@ -45,7 +103,7 @@ std::string escapeLabel(std::string_view v) {
   return out;
 }
 
-std::string renderMetrics(const std::vector<PipelineMetrics>& ps) {
+std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::ClockReport* clock) {
   std::string out;
   auto labelled = [&](std::string_view name, std::string_view help, std::string_view label,
                       const auto& names, const auto& (*values)(const PipelineStats&)) {
@@ -113,14 +171,31 @@ std::string renderMetrics(const std::vector<PipelineMetrics>& ps) {
   gauge("xdcr_replication_lag_seconds", "Replication lag.", &PipelineMetrics::lag_seconds);
   gauge("xdcr_backlog_bytes", "Source offset minus applied offset.",
         &PipelineMetrics::backlog_bytes);
-  gauge("xdcr_clock_skew_seconds", "Target clock minus source clock.",
-        &PipelineMetrics::skew_seconds);
+  {
+    // Only measured pipelines: a 0 would claim the clocks agree.
+    Family f(out, "xdcr_clock_skew_seconds", "gauge",
+             "Target cluster's clock minus source cluster's clock (Redis TIME).");
+    for (const auto& p : ps) {
+      if (p.skew != nullptr && p.skew->measured) f.sample(pl(p), double(p.skew->delta_ns) / 1e9);
+    }
+  }
+  {
+    Family f(out, "xdcr_clock_skew_exceeded", "gauge",
+             "1 while the pipeline's skew or a cluster's error against NTP is over max_skew.");
+    for (const auto& p : ps) {
+      if (p.skew != nullptr && p.skew->measured) f.sample(pl(p), p.skew->exceeded ? 1 : 0);
+    }
+  }
+  gauge("xdcr_clock_compensation_seconds",
+        "Added to every replicated deadline (clock.on_skew: compensate), 0 when not compensating.",
+        &PipelineMetrics::compensation_seconds);
   {
     Family f(out, "xdcr_pipeline_paused", "gauge", "1 while the pipeline is paused.");
     for (const auto& p : ps) {
       f.sample(pl(p) + ",reason=\"" + escapeLabel(p.paused_reason) + "\"", p.paused ? 1 : 0);
     }
   }
+  if (clock != nullptr) renderClockMetrics(out, *clock);
   {
     Family f(out, "xdcr_build_info", "gauge", "Version and git revision of this build.");
     f.sample(fmt::format("version=\"{}\",revision=\"{}\"", escapeLabel(version()),

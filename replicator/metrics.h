@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "clock/skew.h"
 #include "common/stats.h"
 
 namespace xdcr::replicator {
@@ -18,11 +19,16 @@ struct PipelineMetrics {
   double backlog_bytes = 0;
   bool paused = false;
   std::string paused_reason;
-  double skew_seconds = 0;
+  const clock::PipelineSkew* skew = nullptr;  // null or !measured: no skew samples
+  double compensation_seconds = 0;
 };
 
-/** The whole exposition: every pipeline's metrics and xdcr_build_info. */
-std::string renderMetrics(const std::vector<PipelineMetrics>& pipelines);
+/**
+ * The whole exposition: every pipeline's metrics, the clock's (when a check has completed) and
+ * xdcr_build_info.
+ */
+std::string renderMetrics(const std::vector<PipelineMetrics>& pipelines,
+                          const clock::ClockReport* clock = nullptr);
 
 /** Escapes a label value (backslash, double quote, newline). */
 std::string escapeLabel(std::string_view v);

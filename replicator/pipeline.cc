@@ -59,19 +59,117 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
       store_(config_->agent.state_dir, pipeline.name),
       stop_wake_(ex),
       ack_wake_(ex),
-      pause_wake_(ex) {}
+      pause_wake_(ex) {
+  if (config_->clock.on_skew != config::SkewAction::Warn) {
+    // Deadlines must not be written with an unknown skew; the first clock check lifts this.
+    skew_paused_ = true;
+    skew_pause_why_ = "waiting for the first clock measurement (clock.on_skew: " +
+                      std::string(config_->clock.on_skew == config::SkewAction::Pause
+                                      ? "pause"
+                                      : "compensate") +
+                      ")";
+  }
+}
 
-void Pipeline::pause(std::string reason) {
-  if (!paused_) spdlog::warn("pipeline {}: paused ({})", pipeline_.name, reason);
-  paused_ = true;
-  paused_reason_ = std::move(reason);
+void Pipeline::pause() {
+  if (!operator_paused_) spdlog::warn("pipeline {}: paused by the operator", pipeline_.name);
+  operator_paused_ = true;
 }
 
 void Pipeline::resume() {
-  if (paused_) spdlog::info("pipeline {}: resumed", pipeline_.name);
-  paused_ = false;
-  paused_reason_.clear();
+  if (operator_paused_) {
+    spdlog::info("pipeline {}: operator pause ended{}", pipeline_.name,
+                 skew_paused_ ? "; still paused for clock skew" : "");
+  }
+  operator_paused_ = false;
   pause_wake_.notify();
+}
+
+std::string Pipeline::pausedDetail() const {
+  std::string out;
+  if (operator_paused_) out = "paused by the operator (POST /pipelines/" + pipeline_.name + "/resume)";
+  if (skew_paused_) out += (out.empty() ? "" : "; ") + skew_pause_why_;
+  return out;
+}
+
+void Pipeline::setSkewPause(bool on, const std::string& why) {
+  if (on && !skew_paused_) {
+    spdlog::warn("pipeline {}: paused: {}", pipeline_.name, why);
+  } else if (!on && skew_paused_) {
+    if (skew_.measured && !skew_measured_before_) {
+      spdlog::info("pipeline {}: clocks measured (target − source {}); starting", pipeline_.name,
+                   clock::formatOffset(skew_.delta_ns));
+    } else {
+      spdlog::info("pipeline {}: clock skew back within max_skew {} ms; resuming",
+                   pipeline_.name, config_->clock.max_skew.count());
+    }
+  }
+  skew_paused_ = on;
+  skew_pause_why_ = on ? why : "";
+  if (!on) pause_wake_.notify();
+}
+
+void Pipeline::setCompensation(int64_t ms) {
+  if (ms != compensation_ms_) {
+    if (ms == 0) {
+      spdlog::info("pipeline {}: clock skew back within max_skew {} ms; deadlines are no longer "
+                   "translated",
+                   pipeline_.name, config_->clock.max_skew.count());
+    } else if (compensation_ms_ == 0 ||
+               std::llabs(ms - compensation_ms_) * 10 > config_->clock.max_skew.count()) {
+      spdlog::warn("pipeline {}: compensating clock skew: every deadline is translated by {:+} ms "
+                   "into the target's clock ({})",
+                   pipeline_.name, ms, skew_.reason);
+    }
+  }
+  compensation_ms_ = ms;
+  if (live_applier_ != nullptr) live_applier_->setCompensationMs(ms);
+}
+
+void Pipeline::onClockReport(const clock::ClockReport& report) {
+  const auto& cc = config_->clock;
+  const int64_t max_ns = cc.max_skew.count() * 1'000'000;
+  const bool was_exceeded = skew_.exceeded;
+  skew_measured_before_ = skew_.measured;
+  skew_ = clock::evaluateSkew(report, source_cluster_.name, target_cluster_.name, max_ns);
+  auto toMs = [](int64_t ns) { return (ns >= 0 ? ns + 500'000 : ns - 500'000) / 1'000'000; };
+  if (skew_.measured) {
+    // Rule 5 reads the source's now, the clamp (rule 4) the target's own now.
+    source_clock_.setOffsetMs(toMs(skew_.source_offset_ns));
+    target_clock_.setOffsetMs(toMs(skew_.target_offset_ns));
+  }
+  switch (cc.on_skew) {
+    case config::SkewAction::Warn: {
+      const auto now = std::chrono::steady_clock::now();
+      if (skew_.exceeded &&
+          (!was_exceeded || now - last_skew_warning_ >= std::chrono::minutes(5))) {
+        last_skew_warning_ = now;
+        spdlog::warn("pipeline {}: clock skew: {}; deadlines are replicated unchanged, so "
+                     "documents end {} ms {} on the target (clock.on_skew: warn)",
+                     pipeline_.name, skew_.reason, std::llabs(toMs(skew_.delta_ns)),
+                     skew_.delta_ns > 0 ? "early" : "late");
+      } else if (!skew_.exceeded && was_exceeded) {
+        spdlog::info("pipeline {}: clock skew back within max_skew {} ms", pipeline_.name,
+                     cc.max_skew.count());
+      }
+      break;
+    }
+    case config::SkewAction::Pause:
+      if (!skew_.measured) {
+        setSkewPause(true, "clock.on_skew is pause and " + skew_.reason);
+      } else {
+        setSkewPause(skew_.exceeded, "clock skew: " + skew_.reason);
+      }
+      break;
+    case config::SkewAction::Compensate:
+      if (!skew_.measured) {
+        setSkewPause(true, "clock.on_skew is compensate and " + skew_.reason);
+      } else {
+        setSkewPause(false, "");
+        setCompensation(skew_.exceeded ? toMs(skew_.delta_ns) : 0);
+      }
+      break;
+  }
 }
 
 void Pipeline::updateLag(uint64_t applied) {
@@ -191,9 +289,23 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
   } clear{live_source_};
   if (stopping_) co_return Status{};
 
+  // A clock-skew pause holds before the source is even asked to sync: nothing may reach the
+  // target, a full sync included. The source's backlog keeps the stream meanwhile.
+  while (skew_paused_ && !stopping_) {
+    state_ = PipelineState::Paused;
+    co_await pause_wake_.waitFor(std::chrono::seconds(1));
+  }
+  if (stopping_) co_return Status{};
+  state_ = PipelineState::Starting;
+
   filters::StreamFilter filter(pipeline_, index_, source_clock_, stats_);
   target::Applier applier(policy_, rewriter_, filter, target_clock_, stats_);
-  applySkewPolicy(applier);
+  applier.setCompensationMs(compensation_ms_);
+  live_applier_ = &applier;
+  struct ClearApplier {
+    target::Applier*& p;
+    ~ClearApplier() { p = nullptr; }
+  } clear_applier{live_applier_};
   SnapshotLoader loader(pipeline_.name, filter, index_, applier, target, stats_, progress_,
                         [this]() -> Status {
                           // From here until the snapshot is applied no checkpoint is valid: a
@@ -203,7 +315,8 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
                           index_.clearAll();
                           resume_.reset();
                           return store_.remove();
-                        });
+                        },
+                        [this] { return paused() && !stopping_; });
   std::optional<source::Position> resume_at;
   int resume_db = 0;
   if (resume_) {
@@ -240,33 +353,6 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
   co_return std::visit([](auto& s) { return s; }, result);
 }
 
-void Pipeline::applySkewPolicy(target::Applier& applier) {
-  // Δ = target − source. Until the clock module measures θ_source and θ_target, only the test
-  // hook sets them: the source is taken to agree with this host, the target Δ ahead.
-  const int64_t delta = simulated_skew_ms_;
-  target_clock_.setOffsetMs(delta);
-  applier.setCompensationMs(0);
-  const auto& clock = config_->clock;
-  if (std::llabs(delta) <= clock.max_skew.count()) return;
-  switch (clock.on_skew) {
-    case config::SkewAction::Compensate:
-      applier.setCompensationMs(delta);
-      spdlog::warn("pipeline {}: clock skew {:+} ms (target − source) exceeds max_skew {} ms; "
-                   "compensating: every deadline is translated by {:+} ms",
-                   pipeline_.name, delta, clock.max_skew.count(), delta);
-      break;
-    case config::SkewAction::Warn:
-    case config::SkewAction::Pause:  // pausing arrives with the clock module
-      spdlog::warn("pipeline {}: clock skew {:+} ms (target − source) exceeds max_skew {} ms; "
-                   "deadlines are replicated unchanged, so documents end {} ms {} on the target "
-                   "(clock.on_skew: {})",
-                   pipeline_.name, delta, clock.max_skew.count(), std::llabs(delta),
-                   delta > 0 ? "early" : "late",
-                   clock.on_skew == config::SkewAction::Warn ? "warn" : "pause, not available yet");
-      break;
-  }
-}
-
 net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::RedisTarget& target,
                                           filters::StreamFilter& filter,
                                           target::Applier& applier) {
@@ -294,7 +380,7 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       if (stopping_) continue;
       if (auto c = checkpointNow(source, target, filter); !c) co_return c;
     }
-    while (paused_ && !stopping_) {
+    while (paused() && !stopping_) {
       // Nothing is taken from the source while paused; ACKs go on, so the link stays up, and
       // the source's backlog (and output buffer) holds the stream.
       state_ = PipelineState::Paused;

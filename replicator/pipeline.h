@@ -23,6 +23,7 @@
 #include <string>
 
 #include "clock/clock.h"
+#include "clock/skew.h"
 #include "common/notify.h"
 #include "common/stats.h"
 #include "config/config.h"
@@ -50,16 +51,20 @@ class Pipeline {
   /** Graceful stop: stop reading, drain what is in flight to the target, checkpoint. */
   void stop();
   /**
-   * TEST HOOK until the clock module measures skew: behave as if the target's clock had been
-   * measured `delta_ms` ahead of the source's (env XDCR_TEST_CLOCK_SKEW_MS, read by the agent).
-   * Applies clock.on_skew to it once per session.
+   * A new clock measurement (the skew monitor, every clock.check_interval): sets the source's
+   * and the target's clock offsets and applies clock.on_skew (expiry-semantics.md §7). With
+   * `pause` or `compensate`, nothing is written until the first measurement has arrived.
    */
-  void setSimulatedSkewMs(int64_t delta_ms) { simulated_skew_ms_ = delta_ms; }
+  void onClockReport(const clock::ClockReport& report);
+  /** The latest evaluation of this pipeline's clocks. */
+  const clock::PipelineSkew& skew() const { return skew_; }
+  /** ms added to every replicated deadline (compensate mode with the skew over max_skew). */
+  int64_t compensationMs() const { return compensation_ms_; }
 
   const std::string& name() const { return pipeline_.name; }
   /** The state; a pause shows at once, even while the read loop waits for the source. */
   PipelineState state() const {
-    return paused_ && state_ == PipelineState::Streaming ? PipelineState::Paused : state_;
+    return paused() && state_ == PipelineState::Streaming ? PipelineState::Paused : state_;
   }
   const PipelineStats& stats() const { return stats_; }
   uint64_t sourceOffset() const { return source_offset_; }
@@ -68,10 +73,16 @@ class Pipeline {
   }
   const std::string& lastError() const { return last_error_; }
   /** Operator pause (POST /pipelines/NAME/pause): stop applying; the source's backlog holds. */
-  void pause(std::string reason);
+  void pause();
+  /** Ends the operator pause; a clock-skew pause stays until the skew is back in bounds. */
   void resume();
-  bool paused() const { return paused_; }
-  const std::string& pausedReason() const { return paused_reason_; }
+  bool paused() const { return operator_paused_ || skew_paused_; }
+  /** "operator", "clock_skew" or "" (a metric label). */
+  const char* pausedReason() const {
+    return operator_paused_ ? "operator" : skew_paused_ ? "clock_skew" : "";
+  }
+  /** For status: why, in words. */
+  std::string pausedDetail() const;
   /**
    * Replication lag: how long the oldest stream byte the agent has received but the target has
    * not yet acknowledged has been waiting (0 when caught up). It starts when the agent reads the
@@ -96,7 +107,8 @@ class Pipeline {
   Status checkpointNow(const source::RedisSource& source, const target::RedisTarget& target,
                        const filters::StreamFilter& filter);
   Status loadCheckpoint();
-  void applySkewPolicy(target::Applier& applier);
+  void setSkewPause(bool on, const std::string& why);
+  void setCompensation(int64_t ms);
 
   net::any_io_executor ex_;
   config::ConfigConstSharedPtr config_;  // keeps pipeline_ and the cluster configs alive
@@ -127,9 +139,14 @@ class Pipeline {
   Notify stop_wake_;
   Notify ack_wake_;
   bool ack_requested_ = false;
-  int64_t simulated_skew_ms_ = 0;
-  bool paused_ = false;
-  std::string paused_reason_;
+  bool operator_paused_ = false;
+  bool skew_paused_ = false;
+  std::string skew_pause_why_;
+  clock::PipelineSkew skew_;
+  bool skew_measured_before_ = false;  // skew_ of the previous report was measured
+  int64_t compensation_ms_ = 0;
+  std::chrono::steady_clock::time_point last_skew_warning_{};
+  target::Applier* live_applier_ = nullptr;  // for compensation changes mid-session
   Notify pause_wake_;
   double lag_seconds_ = 0;
   int64_t last_checkpoint_ms_ = 0;

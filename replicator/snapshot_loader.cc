@@ -20,7 +20,8 @@ constexpr auto kReportEvery = std::chrono::seconds(5);
 SnapshotLoader::SnapshotLoader(std::string pipeline, filters::StreamFilter& filter,
                                filters::ExpiryIndex& index, target::Applier& applier,
                                target::RedisTarget& target, PipelineStats& stats,
-                               SnapshotProgress& progress, std::function<Status()> on_begin)
+                               SnapshotProgress& progress, std::function<Status()> on_begin,
+                               std::function<bool()> hold)
     : pipeline_(std::move(pipeline)),
       filter_(filter),
       index_(index),
@@ -29,6 +30,7 @@ SnapshotLoader::SnapshotLoader(std::string pipeline, filters::StreamFilter& filt
       stats_(stats),
       progress_(progress),
       on_begin_(std::move(on_begin)),
+      hold_(std::move(hold)),
       tty_(::isatty(STDERR_FILENO) == 1) {}
 
 net::awaitable<Status> SnapshotLoader::begin(const source::Position& at, uint64_t total_bytes) {
@@ -84,7 +86,7 @@ net::awaitable<Result<size_t>> SnapshotLoader::data(std::string_view available, 
     // Backpressure, between items (the views into `available` stay valid: nothing else touches
     // the source's buffer while this runs).
     while (target_.inflightCommands() > kMaxInflightCommands ||
-           target_.pendingBytes() > kMaxPendingBytes) {
+           target_.pendingBytes() > kMaxPendingBytes || hold_()) {
       co_await target_.waitProgress(std::chrono::milliseconds(100));
     }
     if (std::chrono::steady_clock::now() - last_report_ >= kReportEvery) reportProgress(false);

@@ -46,11 +46,15 @@ struct SnapshotProgress {
 
 class SnapshotLoader final : public source::SnapshotSink {
  public:
-  /** `on_begin` runs when the snapshot starts (the pipeline drops its old checkpoint there). */
+  /**
+   * `on_begin` runs when the snapshot starts (the pipeline drops its old checkpoint there).
+   * While `hold` returns true (the pipeline is paused: operator or clock skew) no further key is
+   * taken from the snapshot; the source keeps the rest in its output buffer.
+   */
   SnapshotLoader(std::string pipeline, filters::StreamFilter& filter,
                  filters::ExpiryIndex& index, target::Applier& applier,
                  target::RedisTarget& target, PipelineStats& stats, SnapshotProgress& progress,
-                 std::function<Status()> on_begin);
+                 std::function<Status()> on_begin, std::function<bool()> hold);
 
   net::awaitable<Status> begin(const source::Position& at, uint64_t total_bytes) override;
   net::awaitable<Result<size_t>> data(std::string_view available, bool last) override;
@@ -68,6 +72,7 @@ class SnapshotLoader final : public source::SnapshotSink {
   PipelineStats& stats_;
   SnapshotProgress& progress_;
   std::function<Status()> on_begin_;
+  std::function<bool()> hold_;
   source::rdb::Walker walker_;
   size_t retry_at_ = 0;  // do not parse again before this many bytes are offered
   std::chrono::steady_clock::time_point last_report_{};

@@ -11,7 +11,6 @@
 #include <sys/timex.h>
 
 #include <atomic>
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
@@ -28,6 +27,7 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_ca.h"
 #include "tests/support/wait.h"
+#include "tests/support/run_sync.h"
 
 namespace xdcr::clock {
 namespace {
@@ -35,15 +35,7 @@ namespace {
 namespace net = boost::asio;
 constexpr int64_t kMs = 1'000'000;
 
-Result<SntpResult> runQuery(NtsClient& client) {
-  net::io_context ctx;
-  std::optional<Result<SntpResult>> out;
-  net::co_spawn(ctx, client.query(), [&](std::exception_ptr e, Result<SntpResult> r) {
-    out = e ? fail(Error::io("exception escaped the client")) : std::move(r);
-  });
-  ctx.run();
-  return std::move(*out);
-}
+Result<SntpResult> runQuery(NtsClient& client) { return test::runSync(client.query()); }
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -8,12 +8,12 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <string>
 
 #include "clock/aes_siv.h"
+#include "tests/support/run_sync.h"
 
 namespace xdcr::clock {
 namespace {
@@ -514,15 +514,7 @@ TEST(clock_nts_Ef, NakCountsOnlyWithOurUid) {
 
 // ---- The client, without a TLS server -----------------------------------------------------------
 
-Result<SntpResult> runQuery(NtsClient& client) {
-  net::io_context ctx;
-  std::optional<Result<SntpResult>> out;
-  net::co_spawn(ctx, client.query(), [&](std::exception_ptr e, Result<SntpResult> r) {
-    out = e ? fail(Error::io("exception escaped the client")) : std::move(r);
-  });
-  ctx.run();
-  return std::move(*out);
-}
+Result<SntpResult> runQuery(NtsClient& client) { return test::runSync(client.query()); }
 
 TEST(clock_nts_Client, RefusedConnectionNamesTheStage) {
   uint16_t port = 0;

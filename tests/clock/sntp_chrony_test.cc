@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 #include <sys/timex.h>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <iostream>
 
 #include "clock/sntp_client.h"
 #include "tests/support/chrony_server.h"
+#include "tests/support/run_sync.h"
 
 namespace xdcr::clock {
 namespace {
@@ -20,14 +20,7 @@ namespace net = boost::asio;
 constexpr int64_t kMs = 1'000'000;
 
 Result<SntpResult> runQuery(const std::string& server, SntpOptions opt) {
-  net::io_context ctx;
-  std::optional<Result<SntpResult>> out;
-  net::co_spawn(ctx, querySntpServer(server, std::move(opt)),
-                [&](std::exception_ptr e, Result<SntpResult> r) {
-                  out = e ? fail(Error::io("exception escaped the client")) : std::move(r);
-                });
-  ctx.run();
-  return std::move(*out);
+  return test::runSync(querySntpServer(server, std::move(opt)));
 }
 
 // The kernel clock's discipline state, read only (modes = 0): it must not change.

@@ -7,10 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/udp.hpp>
 #include <thread>
+
+#include "tests/support/run_sync.h"
 
 namespace xdcr::clock {
 namespace {
@@ -105,18 +106,7 @@ class FakeNtpServer {
 };
 
 Result<SntpResult> runQuery(const std::string& server, SntpOptions opt) {
-  net::io_context ctx;
-  std::optional<Result<SntpResult>> out;
-  net::co_spawn(ctx, querySntpServer(server, std::move(opt)),
-                [&](std::exception_ptr e, Result<SntpResult> r) {
-                  if (e) {
-                    out = fail(Error::io("exception escaped the client"));
-                  } else {
-                    out = std::move(r);
-                  }
-                });
-  ctx.run();
-  return std::move(*out);
+  return test::runSync(querySntpServer(server, std::move(opt)));
 }
 
 SntpOptions fast() {

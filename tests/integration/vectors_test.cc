@@ -65,9 +65,9 @@ constexpr int64_t kPastShortLifeMs = kShortLifeMs + 200;
 // Gap between two writes whose target deadlines must differ by more than the tolerance
 // (vectors 13, 15, 16: "extended by the mutation", not left at the first write's clamp).
 constexpr int64_t kMutationGapMs = 3000;
-// The simulated clock skew of vectors 24–26: the target's clock 30 s ahead of the source's.
+// The clock skew of vectors 24–26: the target redis-server runs under libfaketime (with the
+// ftshim preload) 30 s ahead of the source's clock, and the agent measures it with TIME.
 constexpr int64_t kSkewMs = 30 * kSecondMs;
-const char* const kSkewVariable = "XDCR_TEST_CLOCK_SKEW_MS";
 
 // ---------------------------------------------------------------------------------------------
 // The table.
@@ -278,8 +278,8 @@ const std::vector<Row>& vectorRows() {
            awaitOnTarget("$k"),
            sourceNow({"FLUSHALL"}, "OK")},
           {stringKey("$k", "v", kNoDeadline)})),
-      // 24-26: S = the row's "now" (source domain); the agent's test hook simulates
-      // delta = target - source = +30 s.
+      // 24-26: S = the row's "now" (source domain); the target's clock runs 30 s ahead
+      // (libfaketime), so delta = target - source = +30 s.
       row(24,  0,    0, "SET k v PXAT S+100s, delta +30s, compensate",
           {sourceNow({"SET", "$k", "v", "PXAT", "@+100000"}, "OK")},
           {stringKey("$k", "v", nowPlus(100 * kSecondMs + kSkewMs))}),
@@ -311,7 +311,7 @@ struct Group {
   std::vector<int> vectors{};
   std::string filters{};  // YAML flow mapping, "" = default filters
   std::string on_skew = "warn";
-  int64_t skew_ms = 0;  // XDCR_TEST_CLOCK_SKEW_MS for the agent; 0 = not set
+  int64_t skew_ms = 0;  // the target's clock runs this far ahead (libfaketime); 0 = real clock
   bool active_expiry_off = false;
 };
 
@@ -393,26 +393,6 @@ std::string configYaml(const std::string& state_dir, uint16_t source_port, uint1
   return y.str();
 }
 
-/** Sets an environment variable for the agent started in its scope (it inherits the test's). */
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, int64_t value) : name_(name), set_(value != 0) {
-    if (set_) {
-      ::setenv(name_, std::to_string(value).c_str(), 1);
-    }
-  }
-  ~ScopedEnv() {
-    if (set_) {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool set_;
-};
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -532,7 +512,13 @@ class GroupRun {
       args.insert(args.end(), {"--enable-debug-command", "local"});
     }
     source_ = std::make_unique<RedisServer>(args);
-    target_ = std::make_unique<RedisServer>();
+    if (group_.skew_ms != 0) {
+      skewed_target_ = std::make_unique<FakeTimeRedis>(double(group_.skew_ms) / kSecondMs);
+      target_ = &skewed_target_->server();
+    } else {
+      plain_target_ = std::make_unique<RedisServer>();
+      target_ = plain_target_.get();
+    }
     if (group_.active_expiry_off) {
       RespValue r = source_->client().command({"DEBUG", "SET-ACTIVE-EXPIRE", "0"});
       if (r.isError()) {
@@ -548,15 +534,11 @@ class GroupRun {
                                       group_.filters, group_.on_skew));
   }
 
-  /** Starts the agent (with the group's simulated skew) and waits until the source lists it
-   * online. */
+  /** Starts the agent and waits until the source lists it online. */
   ::testing::AssertionResult startAgent() {
     ++agent_starts_;
     const std::string log = dir_.file("agent-" + std::to_string(agent_starts_) + ".log");
-    {
-      ScopedEnv skew(kSkewVariable, group_.skew_ms);
-      agent_ = std::make_unique<AgentProcess>(config_, log);
-    }
+    agent_ = std::make_unique<AgentProcess>(config_, log);
     if (!waitAgentOnline(*source_)) {
       return ::testing::AssertionFailure()
              << "group " << group_.name << ": the agent did not come online; "
@@ -809,7 +791,9 @@ class GroupRun {
   std::vector<const Row*> rows_;
   Layout layout_;
   TempDir dir_;
-  std::unique_ptr<RedisServer> source_, target_;
+  std::unique_ptr<RedisServer> source_, plain_target_;
+  std::unique_ptr<FakeTimeRedis> skewed_target_;
+  RedisServer* target_ = nullptr;  // one of the two above
   std::unique_ptr<AgentProcess> agent_;
   std::string config_;
   int agent_starts_ = 0;
@@ -858,7 +842,8 @@ TEST(Vectors, DropExpirations) {
             .active_expiry_off = true});
 }
 
-// Clock skew (§7) through the agent's test hook: Δ = target − source = +30 s.
+// Clock skew (§7): the target's redis-server runs 30 s ahead (libfaketime), so the agent
+// measures Δ = target − source = +30 s.
 TEST(Vectors, SkewCompensate) {
   runGroup({.name = "skew-compensate",
             .vectors = {24, 26},

@@ -104,6 +104,59 @@ TEST(Metrics, CountersCarryTheInterfaceNamesAndLabels) {
   }
 }
 
+TEST(Metrics, ClockMetricsFollowTheLatestCheck) {
+  PipelineStats stats;
+  clock::PipelineSkew skew;
+  skew.measured = true;
+  skew.delta_ns = 30'000'000'000;
+  skew.exceeded = true;
+  PipelineMetrics pm;
+  pm.name = "p";
+  pm.stats = &stats;
+  pm.skew = &skew;
+  pm.compensation_seconds = 30;
+
+  clock::ClockReport r;
+  r.check = 7;
+  r.ntp.configured = true;
+  r.ntp.ok = true;
+  r.ntp.offset_ns = 2'000'000;  // NTP is 2 ms ahead of this host: this host is −2 ms
+  r.ntp.servers = {{"127.0.0.1:123", true, false, 2'000'000, 50'000, 8, true, ""},
+                   {"127.0.0.4:123", true, false, 30'000'000'000, 50'000, 9, false, ""},
+                   {"127.0.0.5:123", false, false, 0, 0, 0, false, "timeout"}};
+  r.clusters["src"] = {"src", true, 0, 10'000, 20'000, 1, ""};
+  r.clusters["dst"] = {"dst", true, 30'000'000'000, 10'000, 20'000, 1, "connection refused"};
+  const std::string text = renderMetrics({pm}, &r);
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(text.find(line + "\n"), std::string::npos) << "missing: " << line << "\n" << text;
+  };
+  has("xdcr_clock_skew_seconds{pipeline=\"p\"} 30");
+  has("xdcr_clock_skew_exceeded{pipeline=\"p\"} 1");
+  has("xdcr_clock_compensation_seconds{pipeline=\"p\"} 30");
+  has("xdcr_clock_offset_seconds{clock=\"local\"} -0.002");
+  has("xdcr_clock_offset_seconds{clock=\"src\"} -0.002");
+  has("xdcr_clock_offset_seconds{clock=\"dst\"} 29.998");
+  has("xdcr_clock_cluster_offset_seconds{cluster=\"dst\"} 30");
+  has("xdcr_clock_cluster_probe_ok{cluster=\"dst\"} 0");
+  has("xdcr_clock_cluster_probe_ok{cluster=\"src\"} 1");
+  has("xdcr_clock_ntp_majority 1");
+  has("xdcr_clock_ntp_server_truechimer{server=\"127.0.0.4:123\"} 0");
+  has("xdcr_clock_ntp_server_truechimer{server=\"127.0.0.1:123\"} 1");
+  has("xdcr_clock_ntp_server_offset_seconds{server=\"127.0.0.4:123\"} 30");
+  EXPECT_EQ(text.find("xdcr_clock_ntp_server_offset_seconds{server=\"127.0.0.5:123\"}"),
+            std::string::npos)
+      << "a silent server has no offset";
+  has("xdcr_clock_checks_total 7");
+
+  // Without an NTP majority nothing is said against NTP time; without a measurement no skew.
+  r.ntp.ok = false;
+  skew.measured = false;
+  const std::string none = renderMetrics({pm}, &r);
+  EXPECT_EQ(none.find("xdcr_clock_offset_seconds{"), std::string::npos) << none;
+  EXPECT_EQ(none.find("xdcr_clock_skew_seconds{"), std::string::npos) << none;
+  EXPECT_NE(none.find("xdcr_clock_ntp_majority 0\n"), std::string::npos) << none;
+}
+
 TEST(Metrics, LabelValuesAreEscaped) {
   EXPECT_EQ(escapeLabel("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }

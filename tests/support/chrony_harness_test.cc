@@ -23,6 +23,7 @@
 
 #include "clock/sntp_client.h"
 #include "tests/support/chrony_server.h"
+#include "tests/support/run_sync.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_ca.h"
@@ -302,15 +303,7 @@ TEST(ChronyServerTest, ChainedServerServesItsOffset) {
                                          std::chrono::steady_clock::now() - start)
                                          .count()));
   // It serves true time − 0.3 s, measured with the project's SNTP client.
-  boost::asio::io_context io;
-  std::optional<Result<clock::SntpResult>> r;
-  boost::asio::co_spawn(io, clock::querySntpServer(chained.ntpAddress()),
-                        [&](std::exception_ptr e, Result<clock::SntpResult> res) {
-                          if (!e) {
-                            r = std::move(res);
-                          }
-                        });
-  io.run();
+  std::optional<Result<clock::SntpResult>> r = runSync(clock::querySntpServer(chained.ntpAddress()));
   ASSERT_TRUE(r && r->has_value()) << (r ? (*r).error().message : "exception");
   EXPECT_NEAR((*r)->best.offset_ns / 1e6, -300.0, 2.0) << "ms";
   EXPECT_EQ((*r)->best.stratum, 9);

@@ -16,18 +16,9 @@
 extern char** environ;
 
 namespace xdcr::test {
-namespace {
-
-std::string errnoText(int err) { return std::strerror(err); }
-
-// Resolves the program before fork(): PATH lookup allocates, which is not safe in the child of a
-// multi-threaded parent.
-std::string resolveProgram(const std::string& name) {
-  if (name.find('/') != std::string::npos) {
-    return name;
-  }
+std::optional<std::string> findInPath(const std::string& name) {
   const char* path_env = std::getenv("PATH");
-  std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  const std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
   size_t begin = 0;
   while (begin <= path.size()) {
     size_t end = path.find(':', begin);
@@ -44,7 +35,25 @@ std::string resolveProgram(const std::string& name) {
     }
     begin = end + 1;
   }
-  throw std::runtime_error("cannot start '" + name + "': not found in PATH (" + path + ")");
+  return std::nullopt;
+}
+
+namespace {
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+// Resolves the program before fork(): PATH lookup allocates, which is not safe in the child of a
+// multi-threaded parent.
+std::string resolveProgram(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    return name;
+  }
+  if (auto found = findInPath(name)) {
+    return *found;
+  }
+  const char* path_env = std::getenv("PATH");
+  throw std::runtime_error("cannot start '" + name + "': not found in PATH (" +
+                           (path_env != nullptr ? path_env : "") + ")");
 }
 
 ExitStatus decodeStatus(int raw) {

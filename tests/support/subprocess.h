@@ -27,6 +27,9 @@ struct ExitStatus {
   std::string describe() const;
 };
 
+/** The executable `name` in $PATH (as execvp would find it), or nullopt. */
+std::optional<std::string> findInPath(const std::string& name);
+
 class Subprocess {
  public:
   Subprocess() = default;

@@ -67,23 +67,7 @@ std::string subjectValue(const std::string& text) {
 
 }  // namespace
 
-bool opensslAvailable() {
-  const char* path_env = std::getenv("PATH");
-  std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
-  size_t begin = 0;
-  while (begin <= path.size()) {
-    size_t end = path.find(':', begin);
-    if (end == std::string::npos) {
-      end = path.size();
-    }
-    const std::string candidate = path.substr(begin, end - begin) + "/openssl";
-    if (::access(candidate.c_str(), X_OK) == 0) {
-      return true;
-    }
-    begin = end + 1;
-  }
-  return false;
-}
+bool opensslAvailable() { return findInPath("openssl").has_value(); }
 
 TestCa::TestCa(std::string dir) : dir_(std::move(dir)) {
   std::error_code ec;
