@@ -97,9 +97,38 @@ net::awaitable<ClockReport> SkewMonitor::checkOnce() {
   report.clusters = clusters_;
   report.check = ++checks_;
   report.at_ms = options_.now_ns() / 1'000'000;
+  logChanges(report);
   latest_ = report;
   if (listener_) listener_(report);
   co_return report;
+}
+
+void SkewMonitor::logChanges(const ClockReport& now) const {
+  // Log transitions only: a check every few seconds must not repeat the same line.
+  const ClockReport* before = latest_ ? &*latest_ : nullptr;
+  if (now.ntp.configured) {
+    const bool was_ok = before == nullptr || before->ntp.ok;
+    if (!now.ntp.ok && (was_ok || before->ntp.error != now.ntp.error)) {
+      spdlog::warn("clock: no usable NTP time: {}; clusters are compared with each other only",
+                   now.ntp.error);
+    } else if (now.ntp.ok && before != nullptr && !before->ntp.ok) {
+      spdlog::info("clock: NTP time usable again: this host is {} from it ({} servers agree)",
+                   formatOffset(-now.ntp.offset_ns), now.ntp.truechimers);
+    }
+  }
+  for (const auto& [name, c] : now.clusters) {
+    const ClusterClockReport* b = before != nullptr ? before->cluster(name) : nullptr;
+    const std::string previous = b != nullptr ? b->error : "";
+    if (!c.error.empty() && c.error != previous) {
+      spdlog::warn("clock: cannot read the clock of cluster {}: {}{}", name, c.error,
+                   c.measured ? fmt::format(" (keeping its last offset, {})",
+                                            formatOffset(c.offset_ns))
+                              : std::string());
+    } else if (c.error.empty() && !previous.empty()) {
+      spdlog::info("clock: cluster {} measured again: {} from this host", name,
+                   formatOffset(c.offset_ns));
+    }
+  }
 }
 
 net::awaitable<void> SkewMonitor::checkCluster(const config::ClusterConfig& cluster,

@@ -61,6 +61,7 @@ class SkewMonitor {
   const std::optional<ClockReport>& latest() const { return latest_; }
 
  private:
+  void logChanges(const ClockReport& now) const;
   boost::asio::awaitable<NtpReport> checkNtp(const config::ClockConfig& clock);
   boost::asio::awaitable<void> checkCluster(const config::ClusterConfig& cluster,
                                             ClusterClockReport& out);

@@ -264,8 +264,18 @@ TEST_F(clock_nts_Chrony, AuthenticatedOffsetNearZeroAndCookiesReused) {
             << "\n";
 }
 
+// Whether "localhost" resolves here. Every Debian installation has it in /etc/hosts; a bare
+// debootstrap chroot (the fresh-machine check) has no /etc/hosts at all.
+bool localhostResolves() {
+  net::io_context io;
+  boost::system::error_code ec;
+  net::ip::tcp::resolver(io).resolve("localhost", "4460", ec);
+  return !ec;
+}
+
 // A DNS name is checked against the certificate's DNS SANs (and sent as SNI).
 TEST_F(clock_nts_Chrony, DnsNameMatchingTheCertificateIsAccepted) {
+  if (!localhostResolves()) GTEST_SKIP() << "\"localhost\" does not resolve (no /etc/hosts)";
   NtsOptions o = options(ca_->caFile());
   o.samples = 1;
   NtsClient client(goodKeByName(), o);
@@ -298,8 +308,13 @@ TEST_F(clock_nts_Chrony, CertificateForOtherNamesIsRejected) {
     std::string name;
     std::string openssl_says;
   };
-  for (const Case& c : {Case{"127.0.0.1:" + port, "127.0.0.1", "IP address mismatch"},
-                        Case{"localhost:" + port, "localhost", "hostname mismatch"}}) {
+  std::vector<Case> cases = {{"127.0.0.1:" + port, "127.0.0.1", "IP address mismatch"}};
+  if (localhostResolves()) {
+    cases.push_back({"localhost:" + port, "localhost", "hostname mismatch"});
+  } else {
+    std::cout << "\"localhost\" does not resolve here (no /etc/hosts): DNS-name case skipped\n";
+  }
+  for (const Case& c : cases) {
     NtsClient client(c.server, options(ca_->caFile()));
     auto r = runQuery(client);
     ASSERT_FALSE(r.has_value()) << c.server << " accepted";
