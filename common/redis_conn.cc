@@ -158,6 +158,33 @@ net::awaitable<Result<resp::ReplyInfo>> RedisConnection::call(
   }
 }
 
+net::awaitable<Result<std::vector<resp::Value>>> RedisConnection::callMany(
+    const std::vector<std::vector<std::string>>& commands, std::chrono::milliseconds timeout) {
+  std::string out;
+  std::vector<std::string_view> args;
+  for (const auto& c : commands) {
+    args.assign(c.begin(), c.end());
+    resp::appendCommand(out, args);
+  }
+  if (auto w = co_await writeAll(out); !w) co_return fail(w.error());
+  std::vector<resp::Value> replies(commands.size());
+  for (auto& v : replies) {
+    for (;;) {
+      auto pr = resp::parseValue(buf_.data(), v);
+      if (pr.status == resp::ParseStatus::Complete) {
+        buf_.consume(pr.consumed);
+        break;
+      }
+      if (pr.status == resp::ParseStatus::Error) {
+        co_return fail(Error::protocol(fmt::format("{}: malformed reply: {}", label_, pr.error)));
+      }
+      auto r = co_await readSomeWithTimeout(timeout);
+      if (!r) co_return fail(r.error());
+    }
+  }
+  co_return replies;
+}
+
 net::awaitable<Status> RedisConnection::auth(const std::string& username,
                                              const std::string& password,
                                              std::chrono::milliseconds timeout) {

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/resp.h"
+#include "common/resp_value.h"
 
 namespace xdcr {
 
@@ -59,6 +60,12 @@ class RedisConnection {
   net::awaitable<Result<resp::ReplyInfo>> call(std::vector<std::string_view> args,
                                                std::chrono::milliseconds timeout,
                                                bool collect_elements = false);
+  /**
+   * Sends the commands pipelined (one write) and returns their replies in order, as whole values.
+   * For tools (verify), not for the fast path. An error reply is a value, not a failure.
+   */
+  net::awaitable<Result<std::vector<resp::Value>>> callMany(
+      const std::vector<std::vector<std::string>>& commands, std::chrono::milliseconds timeout);
   /** Reads one CRLF line (without CRLF), skipping bare "\n" keepalives before it. */
   net::awaitable<Result<std::string>> readLine(std::chrono::milliseconds timeout);
 

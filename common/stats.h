@@ -41,6 +41,7 @@ struct PipelineStats {
   uint64_t filter_splits = 0;     // commands whose keys fall on both sides of the filters
   uint64_t full_syncs = 0;
   uint64_t partial_syncs = 0;
+  uint64_t target_loss_resyncs = 0;  // the target's marker showed it lost checkpointed data
   uint64_t checkpoints = 0;
   uint64_t checkpoint_failures = 0;
   uint64_t target_errors = 0;

@@ -80,6 +80,8 @@ Result<std::optional<Checkpoint>> CheckpointStore::load(filters::ExpiryIndex& in
     cp.db = j.at("db").get<int>();
     cp.written_at_ms = j.at("written_at_ms").get<int64_t>();
     cp.source_address = j.value("source", "");
+    cp.marker = j.value("marker", "");
+    cp.next_marker = j.value("next_marker", "");
   } catch (const std::exception& e) {
     return damaged(e.what());
   }
@@ -96,6 +98,8 @@ Status CheckpointStore::commit(const Checkpoint& cp, const filters::ExpiryIndex&
   j["db"] = cp.db;
   j["written_at_ms"] = cp.written_at_ms;
   j["source"] = cp.source_address;
+  j["marker"] = cp.marker;
+  j["next_marker"] = cp.next_marker;
   j["index_entries"] = index.size();
   std::string data(kMagic);
   data += j.dump();

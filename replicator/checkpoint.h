@@ -24,6 +24,13 @@ struct Checkpoint {
   int db = 0;                 // source db in effect at `position`
   int64_t written_at_ms = 0;  // wall clock when written
   std::string source_address; // which cluster it belongs to
+  /**
+   * Target-loss marker tokens (marker.h): the one written to the target, after the data, just
+   * before this checkpoint, and the one the next checkpoint will write. On reconnect the target
+   * must hold one of the two. Empty in checkpoints of older versions: no check then.
+   */
+  std::string marker;
+  std::string next_marker;
 };
 
 class CheckpointStore {

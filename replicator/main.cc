@@ -14,6 +14,7 @@
 #include "replicator/admin_server.h"
 #include "replicator/agent.h"
 #include "replicator/clock_report.h"
+#include "replicator/verify.h"
 
 namespace {
 
@@ -114,6 +115,20 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("version", "print version, git revision and build type");
 
+  xdcr::replicator::VerifyOptions verify_opts;
+  std::string ttl_tolerance = "1s", verify_output = "table";
+  auto* verify = app.add_subcommand(
+      "verify", "compare a pipeline's source and target: keys, values, deadlines");
+  verify->add_option("-c,--config", config_path, "config file")->required();
+  verify->add_option("-p,--pipeline", verify_opts.pipeline, "pipeline name")->required();
+  verify->add_option("--ttl-tolerance", ttl_tolerance, "deadline tolerance (default 1s)");
+  verify->add_option("--sample", verify_opts.sample, "check about N keys instead of all");
+  verify->add_option("--rate", verify_opts.rate, "keys per second at most (default 5000)");
+  verify->add_option("--rechecks", verify_opts.rechecks,
+                     "re-read a differing key this many times, a second apart (default 3)");
+  verify->add_option("-o,--output", verify_output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+
   auto* clock_cmd = app.add_subcommand(
       "clock", "one-shot clock report: NTP, every cluster, every pipeline's skew");
   clock_cmd->add_option("-c,--config", config_path, "config file")->required();
@@ -150,6 +165,18 @@ int main(int argc, char** argv) {
   }
   auto cfg = load(config_path, true);
   if (!cfg) return kExitConfig;
+  if (app.got_subcommand("verify")) {
+    xdcr::setupLogging(log_level.empty() ? "warn" : log_level, xdcr::LogFormat::Text);
+    auto tol = xdcr::config::parseDuration(ttl_tolerance);
+    if (!tol) {
+      std::cerr << "verify: --ttl-tolerance " << ttl_tolerance
+                << ": not a duration (e.g. 500ms, 1s, 2m)\n";
+      return kExitConfig;
+    }
+    verify_opts.ttl_tolerance = *tol;
+    verify_opts.json = verify_output == "json";
+    return xdcr::replicator::runVerify(cfg, verify_opts);
+  }
   if (app.got_subcommand("clock")) {
     xdcr::setupLogging(log_level.empty() ? "warn" : log_level, xdcr::LogFormat::Text);
     return xdcr::replicator::runClockCommand(cfg, clock_output == "json");

@@ -138,6 +138,9 @@ std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::C
           &PipelineStats::full_syncs);
   counter("xdcr_partial_syncs_total", "Partial resyncs (resumes from a checkpoint).",
           &PipelineStats::partial_syncs);
+  counter("xdcr_target_loss_resyncs_total",
+          "Full resyncs started because the target had lost data a checkpoint counted as written.",
+          &PipelineStats::target_loss_resyncs);
   counter("xdcr_checkpoints_total", "Checkpoints written.", &PipelineStats::checkpoints);
   counter("xdcr_checkpoint_failures_total", "Checkpoints that could not be written.",
           &PipelineStats::checkpoint_failures);

@@ -4,6 +4,8 @@
 #include <boost/asio/this_coro.hpp>
 
 #include <filesystem>
+
+#include "replicator/marker.h"
 #include <random>
 
 #include <fmt/format.h>
@@ -203,6 +205,7 @@ Status Pipeline::loadCheckpoint() {
   }
   if (resume_) {
     checkpointed_offset_ = applied_offset_ = resume_->position.offset;
+    next_marker_ = resume_->next_marker;
   }
   return Status{};
 }
@@ -317,6 +320,7 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
                           return store_.remove();
                         },
                         [this] { return paused() && !stopping_; });
+  if (auto m = co_await checkTargetMarker(); !m) co_return m;
   std::optional<source::Position> resume_at;
   int resume_db = 0;
   if (resume_) {
@@ -342,7 +346,7 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
   if (*kind == source::SyncKind::Full) {
     // The snapshot is acknowledged (SnapshotLoader::end drained the target): persist the new
     // history at once, so that a restart resumes it instead of syncing again.
-    if (auto c = checkpointNow(source, target, filter); !c) co_return c;
+    if (auto c = co_await checkpointAfterMarker(source, target, filter, applier); !c) co_return c;
   }
   state_ = PipelineState::Streaming;
   spdlog::info("pipeline {}: streaming from {}:{}", pipeline_.name, source.position().replid,
@@ -371,14 +375,12 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
             "the unacknowledged part (it will be sent again)",
             pipeline_.name, kDrainTimeout.count())));
       }
-      co_return checkpointNow(source, target, filter);
+      co_return co_await checkpointAfterMarker(source, target, filter, applier);
     }
     if (quiesce_requested_) {
-      while (!target.drained() && !stopping_) {
-        co_await target.waitProgress(std::chrono::milliseconds(50));
+      if (auto c = co_await checkpointAfterMarker(source, target, filter, applier); !c) {
+        co_return c;
       }
-      if (stopping_) continue;
-      if (auto c = checkpointNow(source, target, filter); !c) co_return c;
     }
     while (paused() && !stopping_) {
       // Nothing is taken from the source while paused; ACKs go on, so the link stays up, and
@@ -396,9 +398,13 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
     auto got = source.nextUnit(unit);
     if (!got) co_return fail(got.error());
     if (!*got) {
+      reading_source_ = true;
       auto r = co_await source.readMore();
+      reading_source_ = false;
       if (!r) {
         if (stopping_) continue;  // cancelled by stop(): drain
+        // Cancelled by ackLoop: a checkpoint is due while the source is quiet.
+        if (quiesce_requested_ && r.error().kind == Error::Kind::Cancelled) continue;
         co_return r;
       }
       source_offset_ = source.position().offset + source.bytesBuffered();
@@ -460,19 +466,76 @@ net::awaitable<Status> Pipeline::ackLoop(source::RedisSource& source, target::Re
                                            pipeline_.name, kTargetStallLimitS)));
     }
     if (now - last_checkpoint_ >= pipeline_.checkpoint_interval &&
-        (applied_offset_ != checkpointed_offset_ || index_.dirty() > 0)) {
-      if (target.drained()) {
-        if (auto c = checkpointNow(source, target, filter); !c) co_return c;
-      } else {
-        quiesce_requested_ = true;  // readLoop pauses at the next unit boundary
-      }
+        (applied_offset_ != checkpointed_offset_ || index_.dirty() > 0) && !quiesce_requested_) {
+      // readLoop checkpoints at the next unit boundary; if it is waiting for the source, wake
+      // it (cancelling a read loses no bytes).
+      quiesce_requested_ = true;
+      if (reading_source_) source.cancel();
     }
   }
 }
 
+net::awaitable<Status> Pipeline::checkpointAfterMarker(const source::RedisSource& source,
+                                                       target::RedisTarget& target,
+                                                       const filters::StreamFilter& filter,
+                                                       target::Applier& applier) {
+  if (next_marker_.empty()) next_marker_ = newMarkerToken();
+  const std::string token = next_marker_;
+  applier.beginUnit(false);
+  applier.appendMarker(markerKey(pipeline_.name), token);
+  target.commit(applier.finishUnit(target.pending()), source.position().offset);
+  const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+  while (!target.drained() && std::chrono::steady_clock::now() < deadline) {
+    co_await target.waitProgress(std::chrono::milliseconds(50));
+  }
+  if (!target.drained()) {
+    co_return fail(Error::io(fmt::format(
+        "pipeline {}: target did not acknowledge everything within {} s; not checkpointing",
+        pipeline_.name, kDrainTimeout.count())));
+  }
+  co_return checkpointNow(source, target, filter, token);
+}
+
+net::awaitable<Status> Pipeline::checkTargetMarker() {
+  if (!resume_ || resume_->marker.empty()) co_return Status{};  // nothing to check against
+  RedisConnection conn(ex_, fmt::format("pipeline {}: target {} ({}) marker check",
+                                        pipeline_.name, target_cluster_.name,
+                                        target_cluster_.address()));
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  Status s = co_await conn.connect(target_cluster_.host, target_cluster_.port, kTimeout);
+  if (s && target_cluster_.password.present()) {
+    s = co_await conn.auth(target_cluster_.username, target_cluster_.password.value, kTimeout);
+  }
+  if (!s) co_return s;
+  const std::vector<std::vector<std::string>> get = {{"GET", markerKey(pipeline_.name)}};
+  auto r = co_await conn.callMany(get, kTimeout);
+  conn.close();
+  if (!r) co_return fail(r.error());
+  const resp::Value& v = (*r)[0];
+  if (v.isError()) {
+    co_return fail(Error::refused(fmt::format(
+        "pipeline {}: cannot read the marker key {} on target {}: {}; the agent's user needs read "
+        "and write access to it",
+        pipeline_.name, markerKey(pipeline_.name), target_cluster_.name, v.str)));
+  }
+  if (!v.isNull() && (v.str == resume_->marker || v.str == resume_->next_marker)) {
+    co_return Status{};
+  }
+  spdlog::warn("pipeline {}: target {} lost data the checkpoint at offset {} counts as written "
+               "(marker {} is {}, expected {} or {}): it restarted empty, from an older snapshot, "
+               "or failed over; starting a full resync",
+               pipeline_.name, target_cluster_.name, resume_->position.offset,
+               markerKey(pipeline_.name), v.isNull() ? "missing" : "\"" + v.str + "\"",
+               resume_->marker, resume_->next_marker);
+  ++stats_.target_loss_resyncs;
+  resume_.reset();
+  index_.clearAll();
+  co_return store_.remove();
+}
+
 Status Pipeline::checkpointNow(const source::RedisSource& source,
                                const target::RedisTarget& target,
-                               const filters::StreamFilter& filter) {
+                               const filters::StreamFilter& filter, const std::string& marker) {
   quiesce_requested_ = false;
   last_checkpoint_ = std::chrono::steady_clock::now();
   index_.purgeTombstones(source_clock_.nowMs() - kTombstonePurgeMs);
@@ -481,6 +544,8 @@ Status Pipeline::checkpointNow(const source::RedisSource& source,
   cp.db = filter.currentDb();
   cp.written_at_ms = clock_.nowMs();
   cp.source_address = source_cluster_.address();
+  cp.marker = marker;
+  cp.next_marker = newMarkerToken();
   if (target.ackedOffset() != cp.position.offset) {
     // Cannot happen when drained; refuse rather than cover unacknowledged data.
     return fail(Error::storage(fmt::format(
@@ -493,6 +558,7 @@ Status Pipeline::checkpointNow(const source::RedisSource& source,
     return Status{};  // keep replicating; the previous checkpoint stays valid
   }
   ++stats_.checkpoints;
+  next_marker_ = cp.next_marker;  // (after a failed commit the same token is written again)
   last_checkpoint_ms_ = cp.written_at_ms;
   index_.clearDirty();
   resume_ = cp;

@@ -104,8 +104,19 @@ class Pipeline {
                                   filters::StreamFilter& filter, target::Applier& applier);
   net::awaitable<Status> ackLoop(source::RedisSource& source, target::RedisTarget& target,
                                  filters::StreamFilter& filter);
+  /**
+   * Writes the target-loss marker (marker.h) after everything sent so far, waits until the
+   * target has acknowledged all of it, and checkpoints. Only at a unit boundary of the stream
+   * (readLoop) or after a snapshot, so the expiry index matches the offset.
+   */
+  net::awaitable<Status> checkpointAfterMarker(const source::RedisSource& source,
+                                               target::RedisTarget& target,
+                                               const filters::StreamFilter& filter,
+                                               target::Applier& applier);
   Status checkpointNow(const source::RedisSource& source, const target::RedisTarget& target,
-                       const filters::StreamFilter& filter);
+                       const filters::StreamFilter& filter, const std::string& marker);
+  /** Reads the target's marker; resets resume_ (full resync) when it shows lost data. */
+  net::awaitable<Status> checkTargetMarker();
   Status loadCheckpoint();
   void setSkewPause(bool on, const std::string& why);
   void setCompensation(int64_t ms);
@@ -139,6 +150,8 @@ class Pipeline {
   Notify stop_wake_;
   Notify ack_wake_;
   bool ack_requested_ = false;
+  bool reading_source_ = false;  // readLoop waits for source bytes (ackLoop may wake it)
+  std::string next_marker_;      // the marker token the next checkpoint writes
   bool operator_paused_ = false;
   bool skew_paused_ = false;
   std::string skew_pause_why_;

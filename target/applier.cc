@@ -141,6 +141,19 @@ void Applier::setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if
   stats_.count(WriteOp::Expire);
 }
 
+void Applier::appendMarker(std::string_view key, std::string_view token) {
+  entry_.clear();
+  entry_cmds_ = 0;
+  select_.clear();
+  select_cmds_ = 0;
+  ensureDb(0);
+  cmd(3);
+  bulk("SET");
+  bulk(key);
+  bulk(token);
+  endEntry(false);
+}
+
 void Applier::apply(const source::Change& c) {
   size_t passing = 0;
   for (const auto& ev : c.events) passing += ev.pass ? 1 : 0;

@@ -47,6 +47,12 @@ class Applier {
   SnapshotWrite applySnapshotKey(int source_db, std::string_view key, uint8_t type,
                                  std::string_view value, int rdb_version, int64_t expire_ms,
                                  int64_t idle_s, int freq);
+  /**
+   * The target-loss marker (replicator/marker.h): `SET key token` in target db 0, in order after
+   * everything before it. Call between beginUnit(false) and finishUnit().
+   */
+  void appendMarker(std::string_view key, std::string_view token);
+
   /** Bytes of the RESTORE payload for a raw value of `value_size` bytes. */
   static size_t restorePayloadSize(size_t value_size) { return 1 + value_size + 2 + 8; }
 

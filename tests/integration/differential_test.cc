@@ -2235,7 +2235,7 @@ std::map<int, std::set<std::string>> scanAll(RespClient& client) {
       const RespValue reply = client.command({"SCAN", cursor, "COUNT", "1000"});
       cursor = reply.array()[0].str();
       for (const auto& k : reply.array()[1].array()) {
-        out[db].insert(k.str());
+        if (!isAgentMarkerKey(k.str())) out[db].insert(k.str());
       }
       if (cursor == "0") {
         break;
@@ -2388,7 +2388,7 @@ CheckResult compareWithModel(RespClient& server, RespClient& scratch, const Expi
   }
   for (int db : dbs) {
     server.select(db);
-    const int64_t size = server.command({"DBSIZE"}).integer();
+    const int64_t size = dataDbSize(server);
     const int64_t lo = sure_present[db];
     const int64_t hi = lo + maybe_present[db];
     dbsizes << " db" << db << "=" << size << " (model " << lo;

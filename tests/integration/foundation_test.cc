@@ -561,7 +561,7 @@ VerifyReport verifyTarget(RedisServer& source, RedisServer& target, const Worklo
       reads.push_back(k->is_hash ? RespCommand{"HGETALL", k->key} : RespCommand{"GET", k->key});
       reads.push_back({"PEXPIRETIME", k->key});
     }
-    const int64_t target_dbsize = dst.command({"DBSIZE"}).integer();
+    const int64_t target_dbsize = dataDbSize(dst);
     const auto replies = dst.pipeline(reads);
     const int64_t read_end = unixTimeMs();
     const int64_t source_dbsize = src.command({"DBSIZE"}).integer();

@@ -160,7 +160,7 @@ std::map<int, int64_t> dbSizes(RedisServer& server, const std::set<int>& dbs) {
   std::map<int, int64_t> sizes;
   for (int db : dbs) {
     client.select(db);
-    sizes[db] = client.command({"DBSIZE"}).integer();
+    sizes[db] = dataDbSize(client);
   }
   return sizes;
 }
@@ -829,7 +829,7 @@ TEST(FullSync, AgentKilledDuringFullSyncConvergesAfterRestart) {
           int64_t total = 0;
           for (const auto& [db, n] : expected) {
             dst.select(db);
-            total += dst.command({"DBSIZE"}).integer();
+            total += dataDbSize(dst);
           }
           keys_at_kill = total;
           if (total >= kill_at) {

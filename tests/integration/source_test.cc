@@ -210,16 +210,18 @@ TEST(Reconnect, TargetAndSourceRestartsUnderARunningAgent) {
   writeKeys(source, "a", 100);
   ASSERT_TRUE(waitUntil([&] { return hasKey(target, "a:99"); }, 10s)) << agent.logTail();
 
-  // The target goes away (and comes back empty): the agent reconnects with backoff and
-  // resumes from its checkpoint by partial resync; what is written meanwhile arrives. (That the
-  // emptied target lost a:* goes unnoticed so far: target-loss detection is the reliability
-  // issue's.)
+  // The target goes away and comes back empty: the agent reconnects with backoff, finds its
+  // marker gone (the target lost what the checkpoint counts as written) and resynchronises, so
+  // a:* come back too; what is written meanwhile arrives.
   target.restart();
   writeKeys(source, "b", 100);
-  ASSERT_TRUE(waitUntil([&] { return hasKey(target, "b:99"); }, 30s)) << agent.logTail();
+  ASSERT_TRUE(waitUntil([&] { return hasKey(target, "b:99") && hasKey(target, "a:0"); }, 30s))
+      << agent.logTail();
   EXPECT_TRUE(agent.running()) << agent.describeState();
   RespClient src = source.client();
-  EXPECT_EQ(infoInt(src, "stats", "sync_full"), 1) << "a target restart must not resync the source";
+  EXPECT_EQ(infoInt(src, "stats", "sync_full"), 2) << "an emptied target must be resynchronised";
+  EXPECT_NE(agent.logText().find("lost data the checkpoint"), std::string::npos)
+      << agent.logTail();
 
   // The source restarts with a new history: the agent full-syncs by itself.
   source.restart();

@@ -1,5 +1,7 @@
 #include "tests/support/resp_client.h"
 
+#include "replicator/marker.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -366,6 +368,14 @@ void RespClient::select(int db) {
   if (reply.isError()) {
     fail("SELECT " + std::to_string(db) + ": " + reply.str());
   }
+}
+
+bool isAgentMarkerKey(std::string_view key) { return replicator::isMarkerKey(key); }
+
+int64_t dataDbSize(RespClient& client) {
+  const int64_t size = client.command({"DBSIZE"}).integer();
+  const RespValue markers = client.command({"KEYS", std::string(replicator::kMarkerPrefix) + "*"});
+  return size - static_cast<int64_t>(markers.isArray() ? markers.array().size() : 0);
 }
 
 }  // namespace xdcr::test

@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace xdcr::test {
@@ -99,5 +100,13 @@ class RespClient {
   std::string buffer_;
   size_t read_pos_ = 0;
 };
+
+/**
+ * The agent writes a target-loss marker key per pipeline into the target's db 0
+ * (replicator/marker.h): bookkeeping, not replicated data. Comparisons leave it out.
+ */
+bool isAgentMarkerKey(std::string_view key);
+/** DBSIZE of the selected db without the agent's marker keys. */
+int64_t dataDbSize(RespClient& client);
 
 }  // namespace xdcr::test

@@ -1,0 +1,533 @@
+#include "replicator/verify.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "clock/redis_time.h"
+#include "common/redis_conn.h"
+#include "common/stats.h"
+#include "filters/expiry_index.h"
+#include "filters/stream_filter.h"
+#include "replicator/marker.h"
+#include "target/max_ttl.h"
+
+namespace xdcr::replicator {
+namespace {
+
+namespace net = boost::asio;
+using Cmd = std::vector<std::string>;
+
+constexpr auto kTimeout = std::chrono::seconds(10);
+constexpr size_t kBatch = 100;       // keys per pipelined round trip
+constexpr int kScanCount = 500;      // SCAN COUNT: work per SCAN call on the server
+constexpr size_t kMaxExamples = 20;
+
+enum class Verdict { Ok, Missing, Value, Ttl, SourceGone, EndedByMaxTtl };
+
+const char* verdictName(Verdict v) {
+  switch (v) {
+    case Verdict::Missing: return "missing";
+    case Verdict::Value: return "value";
+    case Verdict::Ttl: return "ttl";
+    default: return "ok";
+  }
+}
+
+/** One side's view of a key. */
+struct KeyState {
+  std::string type;      // "none" when absent
+  int64_t deadline = -1;  // PEXPIRETIME: -1 none
+  resp::Value value;      // normalised (sets and hashes sorted)
+};
+
+struct KeyRef {
+  int src_db, dst_db;
+  std::string key, dst_key;
+};
+
+std::string quoteKey(const std::string& k) {
+  std::string out = "\"";
+  for (unsigned char c : k.substr(0, 80)) {
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out + (k.size() > 80 ? "…\"" : "\"");
+}
+
+/** The command that reads a whole value of `type`, or empty for none. */
+Cmd valueCommand(const std::string& type, const std::string& key) {
+  if (type == "string") return {"GET", key};
+  if (type == "list") return {"LRANGE", key, "0", "-1"};
+  if (type == "set") return {"SMEMBERS", key};
+  if (type == "zset") return {"ZRANGE", key, "0", "-1", "WITHSCORES"};
+  if (type == "hash") return {"HGETALL", key};
+  if (type == "stream") return {"XRANGE", key, "-", "+"};
+  if (type == "none") return {};
+  return {"DUMP", key};  // module types: byte-equal serialisations
+}
+
+/** Sets and hashes come back in an order that depends on encoding and history: sort them. */
+void normalise(const std::string& type, resp::Value& v) {
+  if (v.type != resp::ReplyType::Array) return;
+  auto& e = v.elements;
+  if (type == "set") {
+    std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) { return a.str < b.str; });
+  } else if (type == "hash" && e.size() % 2 == 0) {
+    std::vector<std::pair<resp::Value, resp::Value>> pairs;
+    for (size_t i = 0; i < e.size(); i += 2) pairs.emplace_back(e[i], e[i + 1]);
+    std::sort(pairs.begin(), pairs.end(),
+              [](const auto& a, const auto& b) { return a.first.str < b.first.str; });
+    e.clear();
+    for (auto& [f, val] : pairs) {
+      e.push_back(std::move(f));
+      e.push_back(std::move(val));
+    }
+  }
+}
+
+std::string formatDeadline(int64_t d) {
+  return d < 0 ? std::string("none") : fmt::format("{}", d);
+}
+
+class Verifier {
+ public:
+  Verifier(const config::Config& cfg, const config::PipelineConfig& pipe, VerifyOptions opt,
+           net::any_io_executor ex)
+      : cfg_(cfg),
+        pipe_(pipe),
+        src_cfg_(*cfg.cluster(pipe.source)),
+        dst_cfg_(*cfg.cluster(pipe.target)),
+        opt_(std::move(opt)),
+        src_(ex, fmt::format("source {} ({})", src_cfg_.name, src_cfg_.address())),
+        dst_(ex, fmt::format("target {} ({})", dst_cfg_.name, dst_cfg_.address())),
+        local_clock_(),
+        src_clock_(local_clock_),
+        filter_(pipe, index_, src_clock_, stats_),
+        rewriter_(pipe.key_rewrite),
+        policy_(dst_cfg_.buckets) {}
+
+  net::awaitable<int> run();
+
+ private:
+  net::awaitable<Status> connect(RedisConnection& c, const config::ClusterConfig& cc);
+  net::awaitable<Status> select(RedisConnection& c, int db, int& current);
+  net::awaitable<Result<std::vector<KeyState>>> readStates(RedisConnection& c,
+                                                           const std::vector<std::string>& keys);
+  net::awaitable<Status> checkBatch(std::vector<KeyRef>& batch);
+  net::awaitable<Status> countExtra();
+  net::awaitable<void> pace(size_t keys);
+  Verdict judge(const KeyRef& k, const KeyState& s, const KeyState& t, std::string& detail) const;
+  void report(const KeyRef& k, Verdict v, const std::string& detail);
+  net::awaitable<Result<std::vector<int>>> sourceDbs();
+
+  const config::Config& cfg_;
+  const config::PipelineConfig& pipe_;
+  const config::ClusterConfig& src_cfg_;
+  const config::ClusterConfig& dst_cfg_;
+  VerifyOptions opt_;
+  RedisConnection src_, dst_;
+  clock::SystemClock local_clock_;
+  clock::ClusterClock src_clock_;
+  filters::ExpiryIndex index_;
+  PipelineStats stats_;
+  filters::StreamFilter filter_;
+  filters::KeyRewriter rewriter_;
+  target::MaxTtlPolicy policy_;
+
+  int src_db_ = -1, dst_db_ = -1;  // selected on each connection
+  int64_t shift_ms_ = 0;           // compensation Δ expected on every deadline
+  int64_t target_offset_ms_ = 0;   // θ_target: the target's clock − ours
+  std::chrono::steady_clock::time_point paced_from_;
+  size_t paced_keys_ = 0;
+
+  uint64_t checked_ = 0, missing_ = 0, values_ = 0, ttls_ = 0, extra_ = 0;
+  uint64_t ended_by_max_ttl_ = 0, source_gone_ = 0;
+  std::vector<nlohmann::json> examples_;
+};
+
+net::awaitable<Status> Verifier::connect(RedisConnection& c, const config::ClusterConfig& cc) {
+  if (auto s = co_await c.connect(cc.host, cc.port, kTimeout); !s) co_return s;
+  if (cc.password.present()) {
+    if (auto s = co_await c.auth(cc.username, cc.password.value, kTimeout); !s) co_return s;
+  }
+  co_return Status{};
+}
+
+net::awaitable<Status> Verifier::select(RedisConnection& c, int db, int& current) {
+  if (db == current) co_return Status{};
+  const std::vector<std::vector<std::string>> cmd = {{"SELECT", std::to_string(db)}};
+  auto r = co_await c.callMany(cmd, kTimeout);
+  if (!r) co_return fail(r.error());
+  if ((*r)[0].isError()) {
+    co_return fail(Error::refused(fmt::format("{}: SELECT {}: {}", c.label(), db, (*r)[0].str)));
+  }
+  current = db;
+  co_return Status{};
+}
+
+net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
+    RedisConnection& c, const std::vector<std::string>& keys) {
+  std::vector<Cmd> first;
+  for (const auto& k : keys) {
+    first.push_back({"TYPE", k});
+    first.push_back({"PEXPIRETIME", k});
+  }
+  auto r1 = co_await c.callMany(first, kTimeout);
+  if (!r1) co_return fail(r1.error());
+  std::vector<KeyState> out(keys.size());
+  std::vector<Cmd> second;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& type = (*r1)[2 * i];
+    const auto& ttl = (*r1)[2 * i + 1];
+    if (type.isError()) {
+      co_return fail(Error::refused(fmt::format("{}: TYPE: {}", c.label(), type.str)));
+    }
+    out[i].type = type.str;
+    out[i].deadline = ttl.type == resp::ReplyType::Integer && ttl.integer >= 0 ? ttl.integer : -1;
+    if (Cmd v = valueCommand(out[i].type, keys[i]); !v.empty()) {
+      second.push_back(std::move(v));
+      which.push_back(i);
+    }
+  }
+  if (!second.empty()) {
+    auto r2 = co_await c.callMany(second, kTimeout);
+    if (!r2) co_return fail(r2.error());
+    for (size_t j = 0; j < which.size(); ++j) {
+      KeyState& s = out[which[j]];
+      s.value = std::move((*r2)[j]);
+      normalise(s.type, s.value);
+    }
+  }
+  co_return out;
+}
+
+Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
+                        std::string& detail) const {
+  if (s.type == "none") return Verdict::SourceGone;
+  const int64_t max_ttl = policy_.effectiveMs(k.dst_db, k.dst_key);
+  if (t.type == "none") {
+    if (max_ttl > 0) return Verdict::EndedByMaxTtl;
+    detail = fmt::format("a {} on the source, absent on the target", s.type);
+    return Verdict::Missing;
+  }
+  if (s.type != t.type || !(s.value == t.value)) {
+    detail = s.type != t.type
+                 ? fmt::format("source type {}, target type {}", s.type, t.type)
+                 : fmt::format("{} differs: source {}, target {}", s.type, s.value.describe(),
+                               t.value.describe());
+    return Verdict::Value;
+  }
+  // The deadline the rules give, before any maxTTL: the source's (none with strip_ttl),
+  // translated into the target's clock when the pipeline compensates skew.
+  int64_t expected = pipe_.filters.strip_ttl ? -1 : s.deadline;
+  if (expected >= 0) expected += shift_ms_;
+  const int64_t tol = opt_.ttl_tolerance.count();
+  if (expected >= 0 && t.deadline >= 0 && std::llabs(t.deadline - expected) <= tol) {
+    return Verdict::Ok;
+  }
+  if (expected < 0 && t.deadline < 0 && max_ttl == 0) return Verdict::Ok;
+  if (max_ttl > 0 && t.deadline >= 0) {
+    // Clamped when written: now_then + M, now_then in the past, so at most the target's now + M,
+    // and earlier than the deadline it replaced.
+    const int64_t target_now = local_clock_.nowMs() + target_offset_ms_;
+    if ((expected < 0 || t.deadline < expected + tol) && t.deadline <= target_now + max_ttl + tol) {
+      return Verdict::Ok;
+    }
+  }
+  detail = fmt::format("deadline: source {}, target {}, expected {}{}", formatDeadline(s.deadline),
+                       formatDeadline(t.deadline), formatDeadline(expected),
+                       max_ttl > 0 ? fmt::format(" or a max_ttl {} ms clamp", max_ttl) : "");
+  return Verdict::Ttl;
+}
+
+void Verifier::report(const KeyRef& k, Verdict v, const std::string& detail) {
+  switch (v) {
+    case Verdict::Missing: ++missing_; break;
+    case Verdict::Value: ++values_; break;
+    case Verdict::Ttl: ++ttls_; break;
+    default: return;
+  }
+  if (examples_.size() < kMaxExamples) {
+    examples_.push_back({{"kind", verdictName(v)},
+                         {"source", fmt::format("db{} {}", k.src_db, quoteKey(k.key))},
+                         {"target", fmt::format("db{} {}", k.dst_db, quoteKey(k.dst_key))},
+                         {"detail", detail}});
+  }
+}
+
+net::awaitable<void> Verifier::pace(size_t keys) {
+  paced_keys_ += keys;
+  if (opt_.rate <= 0) co_return;
+  const auto due = paced_from_ + std::chrono::microseconds(
+                                     static_cast<int64_t>(double(paced_keys_) / opt_.rate * 1e6));
+  if (due > std::chrono::steady_clock::now()) {
+    net::steady_timer t(co_await net::this_coro::executor, due);
+    co_await t.async_wait(net::use_awaitable);
+  }
+}
+
+net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
+  std::vector<KeyRef> pending = std::move(batch);
+  batch.clear();
+  for (int round = 0; !pending.empty(); ++round) {
+    if (round > 0) {
+      net::steady_timer t(co_await net::this_coro::executor, opt_.recheck_delay);
+      co_await t.async_wait(net::use_awaitable);
+    }
+    std::vector<std::string> skeys, dkeys;
+    for (const auto& k : pending) {
+      skeys.push_back(k.key);
+      dkeys.push_back(k.dst_key);
+    }
+    if (auto s = co_await select(src_, pending[0].src_db, src_db_); !s) co_return s;
+    if (auto s = co_await select(dst_, pending[0].dst_db, dst_db_); !s) co_return s;
+    auto ss = co_await readStates(src_, skeys);
+    if (!ss) co_return fail(ss.error());
+    auto ts = co_await readStates(dst_, dkeys);
+    if (!ts) co_return fail(ts.error());
+    std::vector<KeyRef> again;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      std::string detail;
+      const Verdict v = judge(pending[i], (*ss)[i], (*ts)[i], detail);
+      if (round == 0 && v != Verdict::SourceGone) ++checked_;
+      if (v == Verdict::SourceGone) {
+        ++source_gone_;
+      } else if (v == Verdict::EndedByMaxTtl) {
+        ++ended_by_max_ttl_;
+      } else if (v != Verdict::Ok) {
+        if (round < opt_.rechecks) {
+          again.push_back(std::move(pending[i]));
+        } else {
+          report(pending[i], v, detail);
+        }
+      }
+    }
+    pending = std::move(again);
+  }
+  co_return Status{};
+}
+
+net::awaitable<Result<std::vector<int>>> Verifier::sourceDbs() {
+  // INFO keyspace lists the dbs that hold keys: "db0:keys=3,expires=1,avg_ttl=0".
+  const std::vector<std::vector<std::string>> cmd = {{"INFO", "keyspace"}};
+  auto r = co_await src_.callMany(cmd, kTimeout);
+  if (!r) co_return fail(r.error());
+  std::vector<int> dbs;
+  const std::string& text = (*r)[0].str;
+  for (size_t pos = text.find("\ndb"); pos != std::string::npos; pos = text.find("\ndb", pos + 1)) {
+    dbs.push_back(std::atoi(text.c_str() + pos + 3));
+  }
+  co_return dbs;
+}
+
+net::awaitable<Status> Verifier::countExtra() {
+  // Target keys with no source key behind them, in the dbs this pipeline writes. The agent
+  // leaves such keys alone by design (a full sync does not delete them), so they are reported,
+  // not counted as differences.
+  std::map<int, int> reverse;  // target db -> source db
+  if (pipe_.dbs.empty()) {
+    for (int db = 0; db < 16; ++db) reverse[db] = db;
+  } else {
+    for (auto [s, d] : pipe_.dbs) reverse.emplace(d, s);
+  }
+  for (auto [tdb, sdb] : reverse) {
+    if (auto s = co_await select(dst_, tdb, dst_db_); !s) co_return s;
+    if (auto s = co_await select(src_, sdb, src_db_); !s) co_return s;
+    std::string cursor = "0";
+    do {
+      const std::vector<Cmd> scan = {{"SCAN", cursor, "COUNT", std::to_string(kScanCount)}};
+      auto r = co_await dst_.callMany(scan, kTimeout);
+      if (!r) co_return fail(r.error());
+      const auto& v = (*r)[0];
+      if (v.type != resp::ReplyType::Array || v.elements.size() != 2) {
+        co_return fail(Error::protocol(dst_.label() + ": unexpected SCAN reply"));
+      }
+      cursor = v.elements[0].str;
+      std::vector<Cmd> exists;
+      for (const auto& e : v.elements[1].elements) {
+        const std::string& tkey = e.str;
+        if (isMarkerKey(tkey)) continue;
+        // The source name of a target key: undo the first rewrite whose target prefix matches.
+        std::string skey = tkey;
+        for (const auto& rw : pipe_.key_rewrite) {
+          if (tkey.compare(0, rw.to.size(), rw.to) == 0) {
+            skey = rw.from + tkey.substr(rw.to.size());
+            break;
+          }
+        }
+        if (!filter_.keyPasses(skey)) continue;
+        exists.push_back({"EXISTS", skey});
+      }
+      if (!exists.empty()) {
+        auto e = co_await src_.callMany(exists, kTimeout);
+        if (!e) co_return fail(e.error());
+        for (const auto& x : *e) extra_ += x.integer == 0 ? 1 : 0;
+        co_await pace(exists.size());
+      }
+    } while (cursor != "0");
+  }
+  co_return Status{};
+}
+
+net::awaitable<int> Verifier::run() {
+  for (auto* side : {&src_, &dst_}) {
+    const auto& cc = side == &src_ ? src_cfg_ : dst_cfg_;
+    if (auto s = co_await connect(*side, cc); !s) {
+      std::cerr << "verify: cannot connect: " << s.error().message << "\n";
+      co_return 2;
+    }
+  }
+  // The clocks: the target's now for the maxTTL bound, and Δ when the pipeline compensates.
+  auto ts = co_await clock::probeRedisTime(src_, 8, kTimeout);
+  auto td = co_await clock::probeRedisTime(dst_, 8, kTimeout);
+  if (ts && td) {
+    target_offset_ms_ = td->offset_ns / 1'000'000;
+    const int64_t delta_ms = (td->offset_ns - ts->offset_ns) / 1'000'000;
+    if (cfg_.clock.on_skew == config::SkewAction::Compensate &&
+        std::llabs(delta_ms) > cfg_.clock.max_skew.count()) {
+      shift_ms_ = delta_ms;
+    }
+  }
+  auto dbs = co_await sourceDbs();
+  if (!dbs) {
+    std::cerr << "verify: " << dbs.error().message << "\n";
+    co_return 2;
+  }
+  // A sample: every stride-th key of the scan, stride from the total size.
+  uint64_t total = 0;
+  for (int db : *dbs) {
+    if (filter_.mapDb(db) < 0) continue;
+    if (auto s = co_await select(src_, db, src_db_); !s) break;
+    const std::vector<Cmd> size = {{"DBSIZE"}};
+    if (auto r = co_await src_.callMany(size, kTimeout)) total += uint64_t((*r)[0].integer);
+  }
+  const uint64_t stride = opt_.sample > 0 ? std::max<uint64_t>(1, total / opt_.sample) : 1;
+  uint64_t seen = 0;
+  paced_from_ = std::chrono::steady_clock::now();
+
+  Status status;
+  for (int db : *dbs) {
+    const int tdb = filter_.mapDb(db);
+    if (tdb < 0) continue;
+    std::string cursor = "0";
+    std::vector<KeyRef> batch;
+    do {
+      if (auto s = co_await select(src_, db, src_db_); !s) {
+        status = s;
+        break;
+      }
+      const std::vector<Cmd> scan = {{"SCAN", cursor, "COUNT", std::to_string(kScanCount)}};
+      auto r = co_await src_.callMany(scan, kTimeout);
+      if (!r || (*r)[0].type != resp::ReplyType::Array || (*r)[0].elements.size() != 2) {
+        status = r ? fail(Error::protocol(src_.label() + ": unexpected SCAN reply"))
+                   : fail(r.error());
+        break;
+      }
+      cursor = (*r)[0].elements[0].str;
+      for (const auto& e : (*r)[0].elements[1].elements) {
+        if (!filter_.keyPasses(e.str) || seen++ % stride != 0) continue;
+        if (opt_.sample > 0 && checked_ + batch.size() >= opt_.sample) break;
+        auto [prefix, rest] = rewriter_.map(e.str);
+        batch.push_back({db, tdb, e.str, std::string(prefix) + std::string(rest)});
+        if (batch.size() >= kBatch) {
+          const size_t n = batch.size();
+          if (auto s = co_await checkBatch(batch); !s) status = s;
+          co_await pace(n);
+        }
+      }
+    } while (status && cursor != "0" && (opt_.sample == 0 || checked_ < opt_.sample));
+    if (status && !batch.empty()) {
+      const size_t n = batch.size();
+      if (auto s = co_await checkBatch(batch); !s) status = s;
+      co_await pace(n);
+    }
+    if (!status) break;
+  }
+  if (status && opt_.sample == 0) status = co_await countExtra();
+  if (!status) {
+    std::cerr << "verify: " << status.error().message << "\n";
+    co_return 2;
+  }
+
+  const bool differences = missing_ + values_ + ttls_ > 0;
+  if (opt_.json) {
+    nlohmann::json j = {{"pipeline", pipe_.name},     {"checked", checked_},
+                        {"missing", missing_},       {"value_mismatches", values_},
+                        {"ttl_mismatches", ttls_},   {"extra", extra_},
+                        {"ended_by_max_ttl", ended_by_max_ttl_},
+                        {"source_gone", source_gone_}, {"skew_shift_ms", shift_ms_},
+                        {"examples", examples_}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("verify: %llu keys checked, %llu missing, %llu value mismatches, %llu ttl "
+                "mismatches, %llu extra\n",
+                static_cast<unsigned long long>(checked_),
+                static_cast<unsigned long long>(missing_),
+                static_cast<unsigned long long>(values_), static_cast<unsigned long long>(ttls_),
+                static_cast<unsigned long long>(extra_));
+    for (const auto& e : examples_) {
+      std::printf("  %-7s %s -> %s: %s\n", e["kind"].get<std::string>().c_str(),
+                  e["source"].get<std::string>().c_str(), e["target"].get<std::string>().c_str(),
+                  e["detail"].get<std::string>().c_str());
+    }
+    if (ended_by_max_ttl_ > 0) {
+      std::printf("verify: %llu source key(s) absent on the target where max_ttl may have ended "
+                  "them (not counted as missing)\n",
+                  static_cast<unsigned long long>(ended_by_max_ttl_));
+    }
+    if (shift_ms_ != 0) {
+      std::printf("verify: deadlines expected translated by %+lld ms (clock.on_skew: "
+                  "compensate, measured skew)\n",
+                  static_cast<long long>(shift_ms_));
+    }
+  }
+  co_return differences ? 1 : 0;
+}
+
+}  // namespace
+
+int runVerify(const config::ConfigConstSharedPtr& config, const VerifyOptions& options) {
+  const config::PipelineConfig* pipe = config->pipeline(options.pipeline);
+  if (pipe == nullptr) {
+    std::string names;
+    for (const auto& p : config->pipelines) names += (names.empty() ? "" : ", ") + p.name;
+    std::cerr << "verify: no pipeline named \"" << options.pipeline << "\" in " << config->path
+              << " (pipelines: " << names << ")\n";
+    return 78;
+  }
+  net::io_context ioc(1);
+  Verifier v(*config, *pipe, options, ioc.get_executor());
+  int code = 2;
+  net::co_spawn(ioc, v.run(), [&](std::exception_ptr e, int c) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        std::cerr << "verify: unexpected failure: " << ex.what() << "\n";
+      }
+      code = 2;
+    } else {
+      code = c;
+    }
+  });
+  ioc.run();
+  return code;
+}
+
+}  // namespace xdcr::replicator
