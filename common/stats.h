@@ -42,6 +42,7 @@ struct PipelineStats {
   uint64_t full_syncs = 0;
   uint64_t partial_syncs = 0;
   uint64_t target_loss_resyncs = 0;  // the target's marker showed it lost checkpointed data
+  uint64_t stale_keys_deleted = 0;   // full_sync.delete_stale_keys
   uint64_t checkpoints = 0;
   uint64_t checkpoint_failures = 0;
   uint64_t target_errors = 0;

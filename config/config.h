@@ -130,6 +130,12 @@ struct PipelineConfig {
   FilterConfig filters;
   std::vector<KeyRewrite> key_rewrite;
   Duration checkpoint_interval{std::chrono::seconds(1)};
+  /**
+   * full_sync.delete_stale_keys: after a full sync, delete the target keys of this pipeline's
+   * key space (its target dbs, key filters and rewrites) that the snapshot did not hold. Makes
+   * the target mirror the source; only safe when nothing else writes that key space.
+   */
+  bool delete_stale_keys = false;
   Mark mark;
 };
 

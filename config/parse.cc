@@ -1030,7 +1030,8 @@ void parsePipelines(const Entry& section, ParsedConfig& out, Diagnostics& diags)
     }
     MapReader reader(
         item, "in pipeline",
-        {"name", "source", "target", "dbs", "filters", "key_rewrite", "checkpoint_interval"},
+        {"name", "source", "target", "dbs", "filters", "key_rewrite", "checkpoint_interval",
+         "full_sync"},
         diags);
     PipelineConfig pipeline;
     PipelineMarks marks;
@@ -1072,6 +1073,14 @@ void parsePipelines(const Entry& section, ParsedConfig& out, Diagnostics& diags)
     if (const Entry* e = reader.get("checkpoint_interval")) {
       if (auto d = readDuration(*e, DurationRule::Positive, diags)) {
         pipeline.checkpoint_interval = *d;
+      }
+    }
+    if (const Entry* e = reader.get("full_sync")) {
+      if (expectMap(e->value, e->value_mark, "full_sync", diags)) {
+        MapReader fs(e->value, "in full_sync", {"delete_stale_keys"}, diags);
+        if (const Entry* d = fs.get("delete_stale_keys")) {
+          if (auto v = readBool(*d, diags)) pipeline.delete_stale_keys = *v;
+        }
       }
     }
     out.config.pipelines.push_back(std::move(pipeline));

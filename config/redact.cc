@@ -107,7 +107,8 @@ Json pipelineJson(const PipelineConfig& pipeline) {
             {"strip_ttl", f.strip_ttl},
             {"replicate_flush", f.replicate_flush}}},
           {"key_rewrite", rewrites},
-          {"checkpoint_interval", formatDuration(pipeline.checkpoint_interval)}};
+          {"checkpoint_interval", formatDuration(pipeline.checkpoint_interval)},
+          {"full_sync", {{"delete_stale_keys", pipeline.delete_stale_keys}}}};
 }
 
 }  // namespace

@@ -141,6 +141,10 @@ std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::C
   counter("xdcr_target_loss_resyncs_total",
           "Full resyncs started because the target had lost data a checkpoint counted as written.",
           &PipelineStats::target_loss_resyncs);
+  counter("xdcr_stale_keys_deleted_total",
+          "Target keys deleted after a full sync because the snapshot lacked them "
+          "(full_sync.delete_stale_keys).",
+          &PipelineStats::stale_keys_deleted);
   counter("xdcr_checkpoints_total", "Checkpoints written.", &PipelineStats::checkpoints);
   counter("xdcr_checkpoint_failures_total", "Checkpoints that could not be written.",
           &PipelineStats::checkpoint_failures);

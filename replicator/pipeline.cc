@@ -320,6 +320,8 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
                           return store_.remove();
                         },
                         [this] { return paused() && !stopping_; });
+  SnapshotKeys snapshot_keys;
+  if (pipeline_.delete_stale_keys) loader.recordKeys(&snapshot_keys);
   if (auto m = co_await checkTargetMarker(); !m) co_return m;
   std::optional<source::Position> resume_at;
   int resume_db = 0;
@@ -343,6 +345,18 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
   source_offset_ = applied_offset_ = source.position().offset;
   arrivals_.clear();
   lag_seconds_ = 0;
+  if (*kind == source::SyncKind::Full && pipeline_.delete_stale_keys) {
+    // Before the stream resumes, so nothing written after the snapshot can look stale.
+    snapshot_keys.seal();
+    auto deleted = co_await deleteStaleKeys(pipeline_, target_cluster_, filter, snapshot_keys,
+                                            applier, target, source.position().offset);
+    if (!deleted) co_return fail(deleted.error());
+    stats_.stale_keys_deleted += *deleted;
+    spdlog::info("pipeline {}: full_sync.delete_stale_keys: deleted {} target key(s) the "
+                 "snapshot of {} key(s) did not hold",
+                 pipeline_.name, *deleted, snapshot_keys.size());
+    snapshot_keys.clear();
+  }
   if (*kind == source::SyncKind::Full) {
     // The snapshot is acknowledged (SnapshotLoader::end drained the target): persist the new
     // history at once, so that a restart resumes it instead of syncing again.

@@ -103,6 +103,7 @@ void SnapshotLoader::applyKey(const source::rdb::Item& item) {
     return;
   }
   if (item.expire_ms != 0) index_.set(item.db, item.key, item.expire_ms);
+  if (keys_ != nullptr) keys_->add(item.db, item.key);
   size_t payload = target::Applier::restorePayloadSize(item.value.size());
   if (payload > target_.maxBulkLength()) {
     ++progress_.failed;

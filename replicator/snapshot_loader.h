@@ -27,6 +27,8 @@
 #include "target/applier.h"
 #include "target/redis_target.h"
 
+#include "replicator/stale_sweep.h"
+
 namespace xdcr::replicator {
 
 /** Progress of the current (or last) full sync; read by logs and status. */
@@ -59,6 +61,8 @@ class SnapshotLoader final : public source::SnapshotSink {
   net::awaitable<Status> begin(const source::Position& at, uint64_t total_bytes) override;
   net::awaitable<Result<size_t>> data(std::string_view available, bool last) override;
   net::awaitable<Status> end() override;
+  /** Records every replicated key of the snapshot in `keys` (full_sync.delete_stale_keys). */
+  void recordKeys(SnapshotKeys* keys) { keys_ = keys; }
 
  private:
   void applyKey(const source::rdb::Item& item);
@@ -73,6 +77,7 @@ class SnapshotLoader final : public source::SnapshotSink {
   SnapshotProgress& progress_;
   std::function<Status()> on_begin_;
   std::function<bool()> hold_;
+  SnapshotKeys* keys_ = nullptr;
   source::rdb::Walker walker_;
   size_t retry_at_ = 0;  // do not parse again before this many bytes are offered
   std::chrono::steady_clock::time_point last_report_{};

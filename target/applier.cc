@@ -141,11 +141,15 @@ void Applier::setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if
   stats_.count(WriteOp::Expire);
 }
 
-void Applier::appendMarker(std::string_view key, std::string_view token) {
+void Applier::resetEntry() {
   entry_.clear();
   entry_cmds_ = 0;
   select_.clear();
   select_cmds_ = 0;
+}
+
+void Applier::appendMarker(std::string_view key, std::string_view token) {
+  resetEntry();
   ensureDb(0);
   cmd(3);
   bulk("SET");
@@ -154,15 +158,22 @@ void Applier::appendMarker(std::string_view key, std::string_view token) {
   endEntry(false);
 }
 
+void Applier::appendDelete(int db, std::string_view key) {
+  resetEntry();
+  ensureDb(db);
+  cmd(2);
+  bulk("DEL");
+  bulk(key);
+  stats_.count(WriteOp::Delete);
+  endEntry(false);
+}
+
 void Applier::apply(const source::Change& c) {
   size_t passing = 0;
   for (const auto& ev : c.events) passing += ev.pass ? 1 : 0;
   if (passing == 0) return;
 
-  entry_.clear();
-  entry_cmds_ = 0;
-  select_.clear();
-  select_cmds_ = 0;
+  resetEntry();
   const int64_t now = target_clock_.nowMs();
   // Only helper commands (a clamp after an in-place write, a deadline after RENAME) need a
   // MULTI of their own; a single command is atomic already.
@@ -435,10 +446,7 @@ Applier::SnapshotWrite Applier::applySnapshotKey(int source_db, std::string_view
                                                  uint8_t type, std::string_view value,
                                                  int rdb_version, int64_t expire_ms,
                                                  int64_t idle_s, int freq) {
-  entry_.clear();
-  entry_cmds_ = 0;
-  select_.clear();
-  select_cmds_ = 0;
+  resetEntry();
   const int64_t now = target_clock_.nowMs();
   Dest d = dest(source_db, key);
   ensureDb(d.db);

@@ -52,6 +52,8 @@ class Applier {
    * everything before it. Call between beginUnit(false) and finishUnit().
    */
   void appendMarker(std::string_view key, std::string_view token);
+  /** `DEL key` in target db `db` (full_sync.delete_stale_keys). Same calling rules. */
+  void appendDelete(int db, std::string_view key);
 
   /** Bytes of the RESTORE payload for a raw value of `value_size` bytes. */
   static size_t restorePayloadSize(size_t value_size) { return 1 + value_size + 2 + 8; }
@@ -77,6 +79,7 @@ class Applier {
   int64_t clamp(int64_t e, const Dest& d, int64_t now);
 
   void ensureDb(int db);
+  void resetEntry();  // before an entry's first command
   void cmd(size_t argc);  // starts a command of argc args in the entry buffer
   void bulk(std::string_view s) { resp::appendBulk(entry_, s); }
   void bulkKey(const Dest& d);

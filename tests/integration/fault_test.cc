@@ -99,7 +99,7 @@ class FaultTest : public ::testing::Test {
  protected:
   void SetUp() override { config_ = dir_.file("xdcr.yaml"); }
 
-  void start(std::vector<std::string> target_args = {}) {
+  void start(std::vector<std::string> target_args = {}, bool delete_stale_keys = false) {
     target_ = std::make_unique<RedisServer>(target_args);
     writeFileText(config_,
                   "agent: {state_dir: \"" + dir_.file("state") + "\"}\n"
@@ -110,7 +110,9 @@ class FaultTest : public ::testing::Test {
                       std::to_string(target_->port()) +
                       "\"}\n"
                       "pipelines:\n"
-                      "  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n");
+                      "  - {name: p, source: src, target: dst, checkpoint_interval: 1s,\n"
+                      "     full_sync: {delete_stale_keys: " +
+                      (delete_stale_keys ? "true" : "false") + "}}\n");
     startAgent();
   }
   void startAgent() {
@@ -201,19 +203,20 @@ TEST_F(FaultTest, TenSigkillsAtRandomMomentsLoseNothing) {
             << ", sync_partial_ok " << src.info("stats")["sync_partial_ok"] << std::endl;
 }
 
-// KNOWN GAP: the restarted source starts a new, empty history, but the target keeps the keys of
-// the old one (a full sync leaves target-only keys alone). A collection command on the new
-// source (HSET, SADD, ZADD) that creates a key the old history also had then merges into the
-// stale copy on the target, and verify finds value and deadline differences. Until a full sync
-// can remove the pipeline's stale keys, this scenario runs with whole-value writes only
-// (SET in all its forms), which the resync makes identical.
+// The restarted source starts a new, empty history. The full sync that follows must not leave
+// the old history's keys on the target: a collection command (HSET, SADD, ZADD) that re-creates
+// such a key on the new source would merge into the stale copy (with the full load and without
+// full_sync.delete_stale_keys, verify found 673 value and 12 deadline differences). With it, the
+// sweep after the snapshot removes them.
 TEST_F(FaultTest, SourceRestartWithoutPersistenceIsResyncedByItself) {
-  start();
-  Load load(source_.port(), 2, /*whole_values=*/true);
+  start({}, /*delete_stale_keys=*/true);
+  Load load(source_.port(), 2);
   std::this_thread::sleep_for(2s);
   source_.restart();  // empty, with a new replication history
   std::this_thread::sleep_for(3s);
   expectInSync(load, "(b) source restart, no persistence", 1);
+  EXPECT_NE(agent_->logText().find("full_sync.delete_stale_keys: deleted"), std::string::npos)
+      << agent_->logTail();
 }
 
 TEST_F(FaultTest, TargetRestartWithoutPersistenceIsDetectedAndResynced) {

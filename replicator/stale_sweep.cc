@@ -1,0 +1,106 @@
+#include "replicator/stale_sweep.h"
+
+#include <boost/asio/this_coro.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
+#include "common/redis_conn.h"
+#include "replicator/marker.h"
+
+namespace xdcr::replicator {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(10);
+constexpr uint64_t kMaxInflight = 50'000;
+constexpr int kDefaultDbs = 16;
+
+// The db goes into the hashed bytes, not into XXH3's seed: for inputs of 1–3 bytes the seed
+// combines with the input almost linearly ("k:2" in db 2 and "k:3" in db 1 collide).
+uint64_t hashOf(int db, std::string_view key) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  const uint32_t d = static_cast<uint32_t>(db);
+  XXH3_64bits_update(&state, &d, sizeof d);
+  XXH3_64bits_update(&state, key.data(), key.size());
+  return XXH3_64bits_digest(&state);
+}
+
+}  // namespace
+
+void SnapshotKeys::add(int db, std::string_view key) { hashes_.push_back(hashOf(db, key)); }
+
+void SnapshotKeys::seal() { std::sort(hashes_.begin(), hashes_.end()); }
+
+bool SnapshotKeys::contains(int db, std::string_view key) const {
+  return std::binary_search(hashes_.begin(), hashes_.end(), hashOf(db, key));
+}
+
+net::awaitable<Result<uint64_t>> deleteStaleKeys(const config::PipelineConfig& pipeline,
+                                                 const config::ClusterConfig& target_cluster,
+                                                 const filters::StreamFilter& filter,
+                                                 const SnapshotKeys& snapshot,
+                                                 target::Applier& applier,
+                                                 target::RedisTarget& target, uint64_t offset) {
+  RedisConnection conn(co_await net::this_coro::executor,
+                       fmt::format("pipeline {}: target {} ({}) stale-key scan", pipeline.name,
+                                   target_cluster.name, target_cluster.address()));
+  Status s = co_await conn.connect(target_cluster.host, target_cluster.port, kTimeout);
+  if (s && target_cluster.password.present()) {
+    s = co_await conn.auth(target_cluster.username, target_cluster.password.value, kTimeout);
+  }
+  if (!s) co_return fail(s.error());
+
+  std::map<int, int> source_of;  // target db -> source db
+  if (pipeline.dbs.empty()) {
+    for (int db = 0; db < kDefaultDbs; ++db) source_of[db] = db;
+  } else {
+    for (auto [src, dst] : pipeline.dbs) source_of.emplace(dst, src);
+  }
+  uint64_t deleted = 0;
+  for (auto [tdb, sdb] : source_of) {
+    const std::vector<std::vector<std::string>> select = {{"SELECT", std::to_string(tdb)}};
+    auto sel = co_await conn.callMany(select, kTimeout);
+    if (!sel) co_return fail(sel.error());
+    if ((*sel)[0].isError()) break;  // fewer dbs than 16 on this server: done
+    std::string cursor = "0";
+    do {
+      const std::vector<std::vector<std::string>> scan = {{"SCAN", cursor, "COUNT", "1000"}};
+      auto r = co_await conn.callMany(scan, kTimeout);
+      if (!r) co_return fail(r.error());
+      const resp::Value& v = (*r)[0];
+      if (v.type != resp::ReplyType::Array || v.elements.size() != 2) {
+        co_return fail(Error::protocol(conn.label() + ": unexpected SCAN reply"));
+      }
+      cursor = v.elements[0].str;
+      applier.beginUnit(false);
+      for (const auto& e : v.elements[1].elements) {
+        const std::string& tkey = e.str;
+        if (isMarkerKey(tkey)) continue;
+        std::string skey = tkey;  // the source name: undo the first rewrite that matches
+        for (const auto& rw : pipeline.key_rewrite) {
+          if (tkey.compare(0, rw.to.size(), rw.to) == 0) {
+            skey = rw.from + tkey.substr(rw.to.size());
+            break;
+          }
+        }
+        if (!filter.keyPasses(skey) || snapshot.contains(sdb, skey)) continue;
+        applier.appendDelete(tdb, tkey);
+        ++deleted;
+      }
+      target.commit(applier.finishUnit(target.pending()), offset);
+      while (target.inflightCommands() > kMaxInflight) {
+        co_await target.waitProgress(std::chrono::milliseconds(100));
+      }
+    } while (cursor != "0");
+  }
+  conn.close();
+  while (!target.drained()) co_await target.waitProgress(std::chrono::milliseconds(50));
+  co_return deleted;
+}
+
+}  // namespace xdcr::replicator
