@@ -16,6 +16,14 @@ inline constexpr std::string_view kMarkerPrefix = "__xdcr_marker__:";
 inline std::string markerKey(std::string_view pipeline) {
   return std::string(kMarkerPrefix) + std::string(pipeline);
 }
+/**
+ * The replay stamp: "<replid>:<offset>" of the last unit holding a command whose replay is not
+ * idempotent (INCR, RPUSH, …), written in the same MULTI/EXEC as that unit. After a crash the
+ * replay from the checkpoint skips every unit up to it: the target applied them, in order.
+ */
+inline std::string appliedStampKey(std::string_view pipeline) {
+  return markerKey(pipeline) + ":applied";
+}
 inline bool isMarkerKey(std::string_view key) { return key.substr(0, kMarkerPrefix.size()) == kMarkerPrefix; }
 
 /** A fresh random token (16 hex digits). */

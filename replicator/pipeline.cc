@@ -62,6 +62,7 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
       stop_wake_(ex),
       ack_wake_(ex),
       pause_wake_(ex) {
+  stamp_key_ = appliedStampKey(pipeline_.name);
   if (config_->clock.on_skew != config::SkewAction::Warn) {
     // Deadlines must not be written with an unknown skew; the first clock check lifts this.
     skew_paused_ = true;
@@ -340,6 +341,7 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
   } else {
     ++stats_.full_syncs;
     filter.setCurrentDb(0);  // the stream after a full sync starts with SELECT
+    skip_until_ = 0;         // a new history's offsets: the stamp says nothing about them
   }
   target.resetOffset(source.position().offset);
   source_offset_ = applied_offset_ = source.position().offset;
@@ -426,6 +428,9 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       if (arrivals_.size() > 4096) arrivals_.pop_front();  // bounded: lag is then a lower bound
       continue;
     }
+    // A unit the replay stamp shows applied (after a crash): the filter still sees it, so the
+    // expiry index follows the stream, but nothing is written again.
+    const bool applied_already = unit.offset_end <= skip_until_;
     applier.beginUnit(unit.transaction);
     for (const auto& entry : unit.entries) {
       if (isGetAck(entry)) {
@@ -433,9 +438,16 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
         ack_wake_.notify();
       }
       filter.process(entry, change);
-      applier.apply(change);
+      if (!applied_already) applier.apply(change);
     }
-    size_t n = applier.finishUnit(target.pending());
+    size_t n = 0;
+    if (applier.unitReplayUnsafe()) {
+      n = applier.finishUnitStamped(
+          target.pending(), stamp_key_,
+          fmt::format("{}:{}", source.position().replid, unit.offset_end));
+    } else {
+      n = applier.finishUnit(target.pending());
+    }
     source.consume(unit);
     target.commit(n, unit.offset_end);
   }
@@ -511,6 +523,7 @@ net::awaitable<Status> Pipeline::checkpointAfterMarker(const source::RedisSource
 }
 
 net::awaitable<Status> Pipeline::checkTargetMarker() {
+  skip_until_ = 0;
   if (!resume_ || resume_->marker.empty()) co_return Status{};  // nothing to check against
   RedisConnection conn(ex_, fmt::format("pipeline {}: target {} ({}) marker check",
                                         pipeline_.name, target_cluster_.name,
@@ -521,11 +534,21 @@ net::awaitable<Status> Pipeline::checkTargetMarker() {
     s = co_await conn.auth(target_cluster_.username, target_cluster_.password.value, kTimeout);
   }
   if (!s) co_return s;
-  const std::vector<std::vector<std::string>> get = {{"GET", markerKey(pipeline_.name)}};
+  const std::vector<std::vector<std::string>> get = {{"GET", markerKey(pipeline_.name)},
+                                                      {"GET", stamp_key_}};
   auto r = co_await conn.callMany(get, kTimeout);
   conn.close();
   if (!r) co_return fail(r.error());
   const resp::Value& v = (*r)[0];
+  // The replay stamp: what of the stream after the checkpoint the target has already applied.
+  skip_until_ = 0;
+  if (const resp::Value& st = (*r)[1]; st.type == resp::ReplyType::Bulk) {
+    const auto colon = st.str.rfind(':');
+    if (colon != std::string::npos && st.str.substr(0, colon) == resume_->position.replid) {
+      const uint64_t at = std::strtoull(st.str.c_str() + colon + 1, nullptr, 10);
+      if (at > resume_->position.offset) skip_until_ = at;
+    }
+  }
   if (v.isError()) {
     co_return fail(Error::refused(fmt::format(
         "pipeline {}: cannot read the marker key {} on target {}: {}; the agent's user needs read "
@@ -533,8 +556,14 @@ net::awaitable<Status> Pipeline::checkTargetMarker() {
         pipeline_.name, markerKey(pipeline_.name), target_cluster_.name, v.str)));
   }
   if (!v.isNull() && (v.str == resume_->marker || v.str == resume_->next_marker)) {
+    if (skip_until_ > 0) {
+      spdlog::info("pipeline {}: the target already applied the stream up to offset {} (its "
+                   "replay stamp); the replay from checkpoint offset {} skips that far",
+                   pipeline_.name, skip_until_, resume_->position.offset);
+    }
     co_return Status{};
   }
+  skip_until_ = 0;
   spdlog::warn("pipeline {}: target {} lost data the checkpoint at offset {} counts as written "
                "(marker {} is {}, expected {} or {}): it restarted empty, from an older snapshot, "
                "or failed over; starting a full resync",

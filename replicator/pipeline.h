@@ -152,6 +152,8 @@ class Pipeline {
   bool ack_requested_ = false;
   bool reading_source_ = false;  // readLoop waits for source bytes (ackLoop may wake it)
   std::string next_marker_;      // the marker token the next checkpoint writes
+  std::string stamp_key_;        // appliedStampKey(pipeline)
+  uint64_t skip_until_ = 0;      // replay: units ending at or before this offset are applied
   bool operator_paused_ = false;
   bool skew_paused_ = false;
   std::string skew_pause_why_;

@@ -63,6 +63,15 @@ struct CommandSpec {
 void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t argc,
                   std::vector<uint16_t>& out);
 
+/**
+ * True for a command whose second application changes the result (INCR, RPUSH, LPOP, LREM,
+ * ZPOPMIN, …). Delivery is at-least-once: after a crash the agent replays from its last
+ * checkpoint, so a unit holding such a command is written with a stamp of its offset, atomically
+ * (MULTI/EXEC), and a replay skips what the stamp shows applied. `spec` from lookupCommand();
+ * unknown commands (nullptr) count as unsafe.
+ */
+bool isReplayUnsafe(const CommandSpec* spec);
+
 /** The spec for a command name (any case), or nullptr for a command not in the table. */
 const CommandSpec* lookupCommand(std::string_view name);
 

@@ -20,8 +20,33 @@ Applier::Applier(const MaxTtlPolicy& policy, const filters::KeyRewriter& rewrite
 
 void Applier::beginUnit(bool transaction) {
   transaction_ = transaction;
+  unit_unsafe_ = false;
   unit_.clear();
   unit_cmds_ = 0;
+}
+
+size_t Applier::finishUnitStamped(std::string& out, std::string_view stamp_key,
+                                  std::string_view stamp_value) {
+  if (unit_cmds_ == 0) return 0;
+  size_t n = unit_cmds_ + 3;  // MULTI, SET, EXEC
+  resp::appendCommand(out, {"MULTI"});
+  out.append(unit_);
+  const int db = target_db_;
+  if (db != 0) {
+    resp::appendCommand(out, {"SELECT", "0"});
+    ++n;
+  }
+  resp::appendCommand(out, {"SET", stamp_key, stamp_value});
+  if (db != 0) {
+    const std::string back = std::to_string(db);
+    resp::appendCommand(out, {"SELECT", back});
+    ++n;
+  }
+  resp::appendCommand(out, {"EXEC"});
+  unit_.clear();
+  unit_cmds_ = 0;
+  unit_unsafe_ = false;
+  return n;
 }
 
 size_t Applier::finishUnit(std::string& out) {
@@ -172,6 +197,7 @@ void Applier::apply(const source::Change& c) {
   size_t passing = 0;
   for (const auto& ev : c.events) passing += ev.pass ? 1 : 0;
   if (passing == 0) return;
+  if (!unit_unsafe_ && source::isReplayUnsafe(c.spec)) unit_unsafe_ = true;
 
   resetEntry();
   const int64_t now = target_clock_.nowMs();

@@ -52,6 +52,14 @@ class Applier {
    * everything before it. Call between beginUnit(false) and finishUnit().
    */
   void appendMarker(std::string_view key, std::string_view token);
+  /** The unit so far writes a command whose replay is not idempotent (isReplayUnsafe). */
+  bool unitReplayUnsafe() const { return unit_unsafe_; }
+  /**
+   * finishUnit() for a replay-unsafe unit: the unit and `SET stamp_key stamp_value` (target db
+   * 0) in one MULTI/EXEC, so the target holds the stamp exactly when it holds the unit.
+   */
+  size_t finishUnitStamped(std::string& out, std::string_view stamp_key,
+                           std::string_view stamp_value);
   /** `DEL key` in target db `db` (full_sync.delete_stale_keys). Same calling rules. */
   void appendDelete(int db, std::string_view key);
 
@@ -103,6 +111,7 @@ class Applier {
 
   int target_db_ = 0;       // db selected on the target connection
   bool transaction_ = false;
+  bool unit_unsafe_ = false;
   std::string unit_;        // the unit's commands so far
   size_t unit_cmds_ = 0;
   std::string entry_;       // the current entry's commands

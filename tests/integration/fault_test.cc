@@ -8,9 +8,10 @@
 // After each scenario the load stops, the agent catches up, and `xdcr-agent verify` must report
 // 0 missing, 0 value mismatches and 0 deadline mismatches beyond 1 s. Every loop is bounded.
 //
-// The load uses commands whose replay is idempotent (SET in all forms, HSET, SADD, ZADD, DEL,
-// EXPIRE, PERSIST): delivery is at-least-once, and after a crash up to one checkpoint interval
-// is applied again. INCR-like commands replayed twice would differ (README, "Delivery").
+// The load mixes commands whose replay is idempotent (SET in all forms, HSET, SADD, ZADD, DEL,
+// EXPIRE, PERSIST) with ones whose replay is not (INCR, RPUSH, HINCRBY, LPOP): delivery is
+// at-least-once, and after a crash the replay from the checkpoint must skip what the target's
+// replay stamp shows applied, or INCR and RPUSH would count twice.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -65,7 +66,7 @@ class Load {
     for (int i = 0; i < 40; ++i) {
       const int n = int(rng_() % 3000);
       const std::string k = "k:" + std::to_string(n), v = "v" + std::to_string(rng_() % 100000);
-      switch (whole_values_ ? rng_() % 4 : rng_() % 10) {
+      switch (whole_values_ ? rng_() % 4 : rng_() % 14) {
         case 0: w.push_back({"SET", k, v}); break;
         case 1: w.push_back({"SET", k, v, "EX", std::to_string(600 + rng_() % 600)}); break;
         case 2: w.push_back({"SET", k, v, "PX", std::to_string(700'000 + rng_() % 100'000)}); break;
@@ -75,7 +76,12 @@ class Load {
         case 6: w.push_back({"SADD", "s:" + std::to_string(n % 300), v}); break;
         case 7: w.push_back({"ZADD", "z:" + std::to_string(n % 300), std::to_string(rng_() % 50), v}); break;
         case 8: w.push_back({"DEL", k}); break;
-        default: w.push_back({"PERSIST", k}); break;
+        case 9: w.push_back({"PERSIST", k}); break;
+        // Not idempotent: replayed twice they would differ (the replay stamp prevents it).
+        case 10: w.push_back({"INCR", "n:" + std::to_string(n % 200)}); break;
+        case 11: w.push_back({"RPUSH", "l:" + std::to_string(n % 200), v}); break;
+        case 12: w.push_back({"HINCRBY", "h:" + std::to_string(n % 500), "count", "1"}); break;
+        default: w.push_back({"LPOP", "l:" + std::to_string(n % 200)}); break;
       }
     }
     return w;
