@@ -134,28 +134,9 @@ double metric(const std::string& text, const std::string& sample) {
   return std::nan("");
 }
 
-/** `xdcr-agent clock -c CONFIG -o json`: exit status and the parsed report. */
-struct ClockRun {
-  int exit_code = -1;
-  Json report;
-  std::string output;
-};
-
-ClockRun runClockCommand(const std::string& config, const std::string& out_path) {
-  std::remove(out_path.c_str());
-  Subprocess p = Subprocess::start(
-      {defaultAgentBinary(), "clock", "-c", config, "-o", "json"}, out_path);
-  auto st = p.waitFor(60s);
-  if (!st) p.kill();
-  ClockRun r;
-  r.output = readFileText(out_path);
-  if (st && st->exited) r.exit_code = st->code;
-  // stdout is the JSON report; anything logged to stderr lands around it.
-  const auto b = r.output.find("{\n"), e = r.output.rfind("}");
-  if (b != std::string::npos && e != std::string::npos && e > b) {
-    r.report = Json::parse(r.output.substr(b, e - b + 1), nullptr, false);
-  }
-  return r;
+/** `xdcr-agent clock -c CONFIG -o json`. */
+AgentCommandResult runClockCommand(const std::string& config, const std::string& out_path) {
+  return runAgentCommand({"clock", "-c", config, "-o", "json"}, out_path, 60s);
 }
 
 /** A source with a real clock, a target whose clock runs `skew_s` ahead, and the agent. */
@@ -442,7 +423,7 @@ TEST_F(SkewTest, AClusterSkewOf250msIsFlaggedAnd20msIsNot) {
   std::string m = metrics();
   EXPECT_NEAR(metric(m, "xdcr_clock_skew_seconds{pipeline=\"p\"}"), 0.25, 0.005) << m;
   EXPECT_EQ(metric(m, "xdcr_clock_skew_exceeded{pipeline=\"p\"}"), 1);
-  ClockRun r = runClockCommand(config_, dir_.file("clock-250.out"));
+  AgentCommandResult r = runClockCommand(config_, dir_.file("clock-250.out"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NEAR(r.report["pipelines"]["p"].value("skew_seconds", 0.0), 0.25, 0.005) << r.output;
 
@@ -470,7 +451,7 @@ TEST_F(SkewTest, AnNtpOffsetOf250msIsFlaggedAnd20msIsNot) {
   c.ntp_servers = {ntp.chained(1)};
   const std::string at20 = writeConfig(c, "ntp20.yaml");
 
-  ClockRun r = runClockCommand(at250, dir_.file("clock-250.out"));
+  AgentCommandResult r = runClockCommand(at250, dir_.file("clock-250.out"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NEAR(r.report["ntp"].value("local_offset_seconds", 0.0), -0.25, 0.002) << r.output;
   EXPECT_NEAR(r.report["clusters"]["dst"].value("offset_vs_ntp_seconds", 0.0), -0.25, 0.002);
@@ -487,7 +468,7 @@ TEST_F(SkewTest, FourNtpServersWithA30sFalsetickerAgreeWithTheHonestOnes) {
   startTarget(0);
   ClockSettings c;
   c.ntp_servers = ntp.all();
-  ClockRun r = runClockCommand(writeConfig(c), dir_.file("clock.out"));
+  AgentCommandResult r = runClockCommand(writeConfig(c), dir_.file("clock.out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Json& n = r.report["ntp"];
   ASSERT_TRUE(n.value("majority", false)) << r.output;
@@ -520,7 +501,7 @@ TEST_F(SkewTest, NtsGivesAnAuthenticatedOffsetAndRefusesAnUntrustedCertificate) 
   c.nts = true;
   c.nts_ca_file = ca.caFile();
   c.ntp_servers = {nts.ntsKeAddress()};
-  ClockRun r = runClockCommand(writeConfig(c, "nts.yaml"), dir_.file("nts.out"));
+  AgentCommandResult r = runClockCommand(writeConfig(c, "nts.yaml"), dir_.file("nts.out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Json& s = r.report["ntp"]["servers"][0];
   EXPECT_TRUE(s.value("authenticated", false)) << r.output;

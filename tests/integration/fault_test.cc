@@ -95,12 +95,6 @@ class Load {
   std::thread thread_;
 };
 
-struct VerifyResult {
-  int exit_code = -1;
-  nlohmann::json j;
-  std::string output;
-};
-
 class FaultTest : public ::testing::Test {
  protected:
   void SetUp() override { config_ = dir_.file("xdcr.yaml"); }
@@ -148,39 +142,27 @@ class FaultTest : public ::testing::Test {
                                          << agent_->logTail();
   }
 
-  VerifyResult verify() {
-    const std::string out = dir_.file("verify-" + std::to_string(++verifies_) + ".out");
-    Subprocess p = Subprocess::start(
-        {defaultAgentBinary(), "verify", "-c", config_, "-p", "p", "-o", "json", "--rate", "0"},
-        out);
-    auto st = p.waitFor(120s);
-    if (!st) p.kill();
-    VerifyResult r;
-    r.output = readFileText(out);
-    if (st && st->exited) r.exit_code = st->code;
-    const auto b = r.output.find("{\n"), e = r.output.rfind('}');
-    if (b != std::string::npos && e != std::string::npos) {
-      r.j = nlohmann::json::parse(r.output.substr(b, e - b + 1), nullptr, false);
-    }
-    return r;
+  AgentCommandResult verify() {
+    return runAgentCommand({"verify", "-c", config_, "-p", "p", "-o", "json", "--rate", "0"},
+                           dir_.file("verify-" + std::to_string(++verifies_) + ".out"));
   }
 
   /** Stops the load, waits for the agent, verifies; records the counts. */
   void expectInSync(Load& load, const std::string& scenario, int faults) {
     load.stop();
     ASSERT_TRUE(waitCaughtUp()) << scenario;
-    VerifyResult v = verify();
-    ASSERT_TRUE(v.j.is_object()) << scenario << ": verify printed no report:\n" << v.output;
+    AgentCommandResult v = verify();
+    ASSERT_TRUE(v.report.is_object()) << scenario << ": verify printed no report:\n" << v.output;
     std::cout << "[ fault    ] " << scenario << ": " << faults << " fault(s), " << load.commands()
-              << " source commands, verify: " << v.j["checked"] << " keys checked, "
-              << v.j["missing"] << " missing, " << v.j["value_mismatches"]
-              << " value mismatches, " << v.j["ttl_mismatches"] << " ttl mismatches, "
-              << v.j["extra"] << " extra" << std::endl;
+              << " source commands, verify: " << v.report["checked"] << " keys checked, "
+              << v.report["missing"] << " missing, " << v.report["value_mismatches"]
+              << " value mismatches, " << v.report["ttl_mismatches"] << " ttl mismatches, "
+              << v.report["extra"] << " extra" << std::endl;
     EXPECT_EQ(v.exit_code, 0) << scenario << ":\n" << v.output << "\n" << agent_->logTail();
-    EXPECT_GT(v.j.value("checked", 0), 1000) << scenario;
-    EXPECT_EQ(v.j.value("missing", -1), 0) << scenario << ":\n" << v.output;
-    EXPECT_EQ(v.j.value("value_mismatches", -1), 0) << scenario << ":\n" << v.output;
-    EXPECT_EQ(v.j.value("ttl_mismatches", -1), 0) << scenario << ":\n" << v.output;
+    EXPECT_GT(v.report.value("checked", 0), 1000) << scenario;
+    EXPECT_EQ(v.report.value("missing", -1), 0) << scenario << ":\n" << v.output;
+    EXPECT_EQ(v.report.value("value_mismatches", -1), 0) << scenario << ":\n" << v.output;
+    EXPECT_EQ(v.report.value("ttl_mismatches", -1), 0) << scenario << ":\n" << v.output;
   }
 
   TempDir dir_{"xdcr-fault"};

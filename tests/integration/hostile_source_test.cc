@@ -186,6 +186,19 @@ int64_t rssKb(pid_t pid) {
   return -1;
 }
 
+/** A one-pipeline config from the fake master to `target`; returns its path. */
+std::string writeConfig(TempDir& dir, const FakeMaster& master, const RedisServer& target) {
+  const std::string config = dir.file("xdcr.yaml");
+  writeFileText(config, "agent: {state_dir: \"" + dir.file("state") + "\"}\n"
+                        "clusters:\n"
+                        "  src: {type: redis, address: \"127.0.0.1:" +
+                            std::to_string(master.port()) + "\"}\n"
+                            "  dst: {type: redis, address: \"127.0.0.1:" +
+                            std::to_string(target.port()) + "\"}\n"
+                            "pipelines:\n  - {name: p, source: src, target: dst}\n");
+  return config;
+}
+
 struct Case {
   const char* name;
   std::string tail;       // sent after the valid commands
@@ -209,15 +222,7 @@ TEST_P(HostileSourceTest, FailsCleanlyReconnectsAndWritesNoPartialCommand) {
   FakeMaster master(realEmptyRdb(), stream);
   RedisServer target;
   TempDir dir("xdcr-hostile");
-  const std::string config = dir.file("xdcr.yaml");
-  writeFileText(config, "agent: {state_dir: \"" + dir.file("state") + "\"}\n"
-                        "clusters:\n"
-                        "  src: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(master.port()) + "\"}\n"
-                            "  dst: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(target.port()) + "\"}\n"
-                            "pipelines:\n  - {name: p, source: src, target: dst}\n");
-  AgentProcess agent(config, dir.file("agent.log"));
+  AgentProcess agent(writeConfig(dir, master, target), dir.file("agent.log"));
   // It fails the session and comes back: a second connection.
   ASSERT_TRUE(waitUntil([&] { return master.connections() >= 2; }, 20s))
       << c.name << ": no reconnect; " << agent.describeState() << "\n" << agent.logTail();
@@ -244,15 +249,7 @@ TEST(HostileSource, ABadRdbChecksumFailsTheFullSyncAndReconnects) {
   FakeMaster master(rdb, command({"SET", "a", "1"}));
   RedisServer target;
   TempDir dir("xdcr-hostile");
-  const std::string config = dir.file("xdcr.yaml");
-  writeFileText(config, "agent: {state_dir: \"" + dir.file("state") + "\"}\n"
-                        "clusters:\n"
-                        "  src: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(master.port()) + "\"}\n"
-                            "  dst: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(target.port()) + "\"}\n"
-                            "pipelines:\n  - {name: p, source: src, target: dst}\n");
-  AgentProcess agent(config, dir.file("agent.log"));
+  AgentProcess agent(writeConfig(dir, master, target), dir.file("agent.log"));
   ASSERT_TRUE(waitUntil([&] { return master.connections() >= 2; }, 20s)) << agent.logTail();
   const std::string log = agent.logText();
   EXPECT_TRUE(log.find("CRC") != std::string::npos || log.find("checksum") != std::string::npos)

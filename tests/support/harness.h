@@ -2,6 +2,7 @@
 // Everything an integration test needs: real redis-servers, a RESP client, the agent process.
 // All processes are started with fork/exec, listen on 127.0.0.1 only, and are stopped by PID.
 
+#include "tests/support/agent_command.h"  // IWYU pragma: export
 #include "tests/support/agent_process.h"  // IWYU pragma: export
 #include "tests/support/chrony_server.h"  // IWYU pragma: export
 #include "tests/support/dataset.h"        // IWYU pragma: export
