@@ -393,7 +393,9 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       }
       co_return co_await checkpointAfterMarker(source, target, filter, applier);
     }
-    if (quiesce_requested_) {
+    // Not while paused: the marker is a write too, and a skew pause lets none through (the
+    // checkpoint follows the resume; nothing is applied meanwhile).
+    if (quiesce_requested_ && !paused()) {
       if (auto c = co_await checkpointAfterMarker(source, target, filter, applier); !c) {
         co_return c;
       }
