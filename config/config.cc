@@ -4,6 +4,7 @@
 
 #include "config/config.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -161,6 +163,64 @@ namespace {
 
 using internal::Diagnostics;
 
+/**
+ * yaml-cpp 0.7 (Debian 12) never returns from LoadAll(), and fills memory, when a document's node
+ * would start at a ',' (e.g. a file that is just ","): its parser then yields an empty document
+ * without consuming the token, forever (jbeder/yaml-cpp#1040, fixed upstream by #1319). This
+ * walks the documents with the parser's events first and throws the ParserException LoadAll
+ * should have thrown when two empty documents in a row start at the same token; LoadAll runs
+ * only on text this walk has shown it finishes.
+ */
+class DocumentProgress : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start_ = mark;
+    empty_ = true;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { empty_ = false; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    empty_ = false;
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    empty_ = false;
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    empty_ = false;
+  }
+  void OnMapEnd() override {}
+
+  const YAML::Mark& start() const { return start_; }
+  bool empty() const { return empty_; }
+
+ private:
+  YAML::Mark start_;
+  bool empty_ = true;
+};
+
+void throwIfLoadAllWouldNotEnd(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentProgress doc;
+  bool previous_empty = false;
+  int previous_pos = -1;
+  while (parser.HandleNextDocument(doc)) {
+    if (doc.empty() && previous_empty && doc.start().pos == previous_pos) {
+      const auto at = static_cast<size_t>(doc.start().pos);
+      throw YAML::ParserException(
+          doc.start(), "unexpected " + (at < text.size() ? internal::quote(text.substr(at, 1))
+                                                         : std::string("end of input")));
+    }
+    previous_empty = doc.empty();
+    previous_pos = doc.start().pos;
+  }
+}
+
 LoadResult loadFromText(const std::string& text, const std::string& name,
                         const std::filesystem::path& base_dir, const LoadOptions& options) {
   Diagnostics diags(name);
@@ -170,6 +230,7 @@ LoadResult loadFromText(const std::string& text, const std::string& name,
   try {
     std::vector<YAML::Node> documents;
     try {
+      throwIfLoadAllWouldNotEnd(text);
       documents = YAML::LoadAll(text);
     } catch (const YAML::ParserException& e) {
       Mark mark;

@@ -37,6 +37,10 @@ constexpr uint8_t kOpFunction2 = 0xF5, kOpFunctionPreGa = 0xF6, kOpModuleAux = 0
                   kOpExpireMs = 0xFC, kOpExpireS = 0xFD, kOpSelectDb = 0xFE, kOpEof = 0xFF;
 constexpr uint64_t kMaxStringLength = 1ULL << 32;  // far above proto-max-bulk-len
 constexpr uint64_t kMaxKeyLength = 512ULL << 20;
+constexpr uint64_t kLzfMaxExpansion = 88;
+// Redis writes an LRU idle time in seconds (of a 24-bit clock); RESTORE ... IDLETIME takes a
+// non-negative long long that Redis multiplies by 1000.
+constexpr uint64_t kMaxIdleSeconds = INT64_MAX / 1000;
 
 /** Bounds-checked reading over the buffered bytes. Running out sets `short_`, never throws. */
 class Cursor {
@@ -174,6 +178,9 @@ class Cursor {
         uint64_t clen = 0, ulen = 0;
         if (!length(clen) || !length(ulen)) return false;
         if (clen > kMaxStringLength || ulen > kMaxStringLength) return fail("absurd LZF length");
+        // LZF expands at most 88 x (a 3-byte back-reference copies 264 bytes): a larger
+        // declared length is corrupt, and must not become an allocation of that size.
+        if (ulen > clen * kLzfMaxExpansion) return fail("LZF length inconsistent");
         std::string_view comp;
         if (!bytes(clen, comp)) return false;
         if (out) {
@@ -384,7 +391,8 @@ Result Walker::next(std::string_view data, Item& item) {
     if (!c.bytes(9, magic)) return outcome(false);
     int v = 0;
     auto [p, ec] = std::from_chars(magic.data() + 5, magic.data() + 9, v);
-    if (magic.substr(0, 5) != "REDIS" || ec != std::errc() || v < 1 || v > 12) {
+    if (magic.substr(0, 5) != "REDIS" || ec != std::errc() || p != magic.data() + 9 || v < 1 ||
+        v > 12) {
       c.fail("not an RDB file (header \"" + std::string(magic) + "\")");
       return outcome(false);
     }
@@ -452,6 +460,10 @@ Result Walker::next(std::string_view data, Item& item) {
         } else if (op == kOpIdle) {
           uint64_t v = 0;
           if (!c.length(v)) return outcome(false);
+          if (v > kMaxIdleSeconds) {
+            c.fail("absurd LRU idle time");
+            return outcome(false);
+          }
           idle = static_cast<int64_t>(v);
         } else {
           uint8_t f;

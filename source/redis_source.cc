@@ -174,49 +174,68 @@ net::awaitable<Status> RedisSource::receiveSnapshot(SnapshotSink& sink) {
   co_return co_await sink.end();
 }
 
-Result<bool> RedisSource::nextUnit(Unit& u) {
-  std::string_view data = conn_.buffer().data();
-  if (data.size() < scan_hint_ || data.empty()) return false;
-  u.entries.clear();
-  u.spans.clear();
-  u.argv.clear();
-  u.transaction = false;
-  bounds_.clear();
-  size_t pos = 0;
+UnitFramer::Status UnitFramer::next(std::string_view data, uint64_t base_offset, Unit& u,
+                                    std::string& error) {
+  if (data.size() < scan_hint_ || data.empty()) return Status::NeedMore;
+  // Resume after the entries of this unit parsed by earlier calls (data[0, parsed_) is unchanged),
+  // so that a long MULTI ... EXEC block arriving in many reads is parsed once.
+  size_t pos = parsed_;
   for (;;) {
     auto r = resp::parseCommand(data.substr(pos), args_);
     if (r.status == resp::ParseStatus::NeedMore) {
+      parsed_ = pos;
       scan_hint_ = r.need ? pos + r.need : data.size() + 1;
-      return false;
+      return Status::NeedMore;
     }
     if (r.status == resp::ParseStatus::Error) {
-      return fail(Error::protocol(fmt::format(
-          "{}: malformed replication stream near offset {}: {}; the connection will be "
-          "re-established",
-          conn_.label(), pos_.offset + pos, r.error)));
+      error = fmt::format("near offset {}: {}", base_offset + pos, r.error);
+      return Status::Error;
     }
-    size_t first = u.spans.size();
-    for (auto s : args_) u.spans.push_back({pos + s.pos, s.len});
+    size_t first = spans_.size();
+    for (auto s : args_) spans_.push_back({pos + s.pos, s.len});
     std::string_view name = data.substr(pos + args_[0].pos, args_[0].len);
     pos += r.consumed;
     bounds_.push_back({first, args_.size(), pos});
     if (bounds_.size() == 1) {
       if (!resp::iequals(name, "multi")) break;
-      u.transaction = true;
+      transaction_ = true;
     } else if (resp::iequals(name, "exec")) {
       break;
     }
   }
+  u.entries.clear();
+  u.argv.clear();
+  u.spans.swap(spans_);  // the unit's storage; the old one is reused for the next unit
+  u.transaction = transaction_;
   u.argv.reserve(u.spans.size());
   for (auto s : u.spans) u.argv.emplace_back(data.data() + s.pos, s.len);
   for (const auto& b : bounds_) {
     u.entries.push_back(Entry{std::span<const std::string_view>(u.argv.data() + b.first, b.count),
-                              pos_.offset + b.end});
+                              base_offset + b.end});
   }
   u.bytes = pos;
-  u.offset_end = pos_.offset + pos;
+  u.offset_end = base_offset + pos;
+  spans_.clear();
+  bounds_.clear();
+  transaction_ = false;
+  parsed_ = 0;
   scan_hint_ = 0;
-  return true;
+  return Status::Unit;
+}
+
+Result<bool> RedisSource::nextUnit(Unit& u) {
+  std::string error;
+  switch (framer_.next(conn_.buffer().data(), pos_.offset, u, error)) {
+    case UnitFramer::Status::Unit:
+      return true;
+    case UnitFramer::Status::NeedMore:
+      return false;
+    case UnitFramer::Status::Error:
+      break;
+  }
+  return fail(Error::protocol(fmt::format(
+      "{}: malformed replication stream {}; the connection will be re-established", conn_.label(),
+      error)));
 }
 
 void RedisSource::consume(const Unit& unit) {

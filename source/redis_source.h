@@ -71,6 +71,36 @@ class SnapshotSink {
 
 enum class SyncKind { Partial, Full };
 
+/**
+ * Splits the replication stream's bytes into units (one entry, or a whole MULTI ... EXEC block)
+ * with exact offsets. No I/O: RedisSource::nextUnit() runs it on its read buffer, the fuzz target
+ * fuzz/fuzz_resp.cc on arbitrary bytes.
+ */
+class UnitFramer {
+ public:
+  enum class Status { Unit, NeedMore, Error };
+  /**
+   * The next complete unit at the start of `data` (the unconsumed stream; `base_offset` is the
+   * offset of the byte before data[0]). On Unit, `unit` views `data`; on Error, `error` says what
+   * is wrong and at which offset. Between calls `data` may only grow at its end, except that the
+   * caller drops a returned unit's `bytes` from its front. A unit's entries are parsed once,
+   * however many calls its bytes take to arrive.
+   */
+  Status next(std::string_view data, uint64_t base_offset, Unit& unit, std::string& error);
+
+ private:
+  size_t scan_hint_ = 0;  // bytes needed before parsing again is worthwhile
+  struct Bound {
+    size_t first, count, end;  // entry's spans and end position within the unit
+  };
+  // The unit being received: its complete entries so far (positions from data[0]).
+  size_t parsed_ = 0;  // bytes of those entries
+  bool transaction_ = false;
+  std::vector<Bound> bounds_;         // reused
+  std::vector<resp::ArgSpan> spans_;  // reused
+  std::vector<resp::ArgSpan> args_;   // reused
+};
+
 class RedisSource {
  public:
   RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label);
@@ -107,12 +137,7 @@ class RedisSource {
   const config::ClusterConfig& cluster_;
   RedisConnection conn_;
   Position pos_;
-  size_t scan_hint_ = 0;  // bytes needed before parsing again is worthwhile
-  struct Bound {
-    size_t first, count, end;  // entry's spans and end position within the unit
-  };
-  std::vector<Bound> bounds_;          // reused
-  std::vector<resp::ArgSpan> args_;    // reused
+  UnitFramer framer_;
 };
 
 }  // namespace xdcr::source

@@ -627,6 +627,16 @@ pipelines: []
                     "t.yaml:3:1: error: YAML syntax error: end of map flow not found; fix the "
                     "YAML at this position (check indentation, quotes, brackets and that tabs "
                     "are not used for indentation)"},
+        // yaml-cpp 0.7's LoadAll never returned (and filled memory) on a ',' where a document
+        // starts (found by fuzz/fuzz_config.cc): now a syntax error at the comma.
+        InvalidCase{"StrayComma", std::string(kMinimal) + "---\n,\n",
+                    "t.yaml:11:1: error: YAML syntax error: unexpected \",\"; fix the YAML at "
+                    "this position (check indentation, quotes, brackets and that tabs are not "
+                    "used for indentation)"},
+        InvalidCase{"CommaAfterTag", "!!str ,\n",
+                    "t.yaml:1:7: error: YAML syntax error: unexpected \",\"; fix the YAML at "
+                    "this position (check indentation, quotes, brackets and that tabs are not "
+                    "used for indentation)"},
         InvalidCase{"MissingEnvSecret", R"(clusters:
   a:
     address: 127.0.0.1:7001
@@ -916,6 +926,9 @@ TEST(config, NeverThrowsOnOddInput) {
       "a: 1\n---\nb: 2\n",
       "clusters:\n\tx: 1\n",
       "pipelines:\n  - ~\n  - 3\n",
+      ",",  // yaml-cpp 0.7's LoadAll looped forever on these (fuzz/corpus/config/regression-*)
+      "\t,",
+      "&a ,",
   };
   for (const char* input : inputs) {
     LoadResult result;

@@ -184,6 +184,29 @@ TEST_F(RdbWalkerTest, HostileInputIsAnErrorNotACrash) {
   EXPECT_NE(h.error.find("not an RDB"), std::string::npos);
 }
 
+// Found by fuzz/fuzz_rdb.cc: an LZF string's declared length was allocated (up to 4 GiB for an
+// AUX field, 512 MiB for a key) before its few compressed bytes were found not to decompress.
+// LZF expands at most 88 x, so a larger declared length is an error before any allocation.
+TEST(RdbWalker, DeclaredValuesTheDataCannotHaveAreErrors) {
+  using namespace std::string_literals;
+  // AUX: key "a", value LZF with 1 compressed byte declaring 4 GiB - 1.
+  Walked aux = walk("REDIS0010\xfa\x01\x61\xc3\x01\x80\xff\xff\xff\xffX"s, 20);
+  EXPECT_NE(aux.error.find("LZF length inconsistent"), std::string::npos) << aux.error;
+  // A key of 512 MiB declared in 1 byte.
+  Walked key = walk("REDIS0010\x00\xc3\x01\x80\x20\x00\x00\x00X"s, 18);
+  EXPECT_NE(key.error.find("LZF length inconsistent"), std::string::npos) << key.error;
+  // At the bound (88 x) it is only data that does not decompress.
+  Walked bound = walk("REDIS0010\x00\xc3\x01\x40\x58X"s, 15);
+  EXPECT_NE(bound.error.find("does not decompress"), std::string::npos) << bound.error;
+  // An LRU idle time beyond int64 became a negative idle_s (ignored, or -1 = "none"), and one
+  // just below made Redis overflow in RESTORE ... IDLETIME: an error.
+  Walked idle = walk("REDIS0010\xf8\x81\x8d\x00\x05\x6c\x72\x8c\xfb\x00\x00\x01k\x01v"s, 24);
+  EXPECT_NE(idle.error.find("absurd LRU idle time"), std::string::npos) << idle.error;
+  // The header's version is exactly four digits.
+  Walked header = walk("REDIS1\xeb\xaa\x00"s, 9);
+  EXPECT_NE(header.error.find("not an RDB"), std::string::npos) << header.error;
+}
+
 TEST_F(RdbWalkerTest, EveryEntryIsAValidRestorePayload) {
   Walked w = walk(rdb_, rdb_.size());
   ASSERT_TRUE(w.error.empty()) << w.error;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/resp.h"
+#include "source/redis_source.h"
 
 namespace xdcr::resp {
 namespace {
@@ -145,6 +146,95 @@ TEST(RespWrite, AppendProducesParseableCommands) {
   EXPECT_EQ(out, "*3\r\n$9\r\nPEXPIREAT\r\n$1\r\nk\r\n$14\r\n-1795280049645\r\n");
   EXPECT_TRUE(iequals("PeXpIrEaT", "pexpireat"));
   EXPECT_FALSE(iequals("SET", "SETX"));
+}
+
+// source::UnitFramer: what RedisSource::nextUnit() runs on its read buffer (also fuzzed by
+// fuzz/fuzz_resp.cc). A MULTI ... EXEC block is one unit, whatever the split of its bytes.
+TEST(UnitFramer, TransactionsAreOneUnitAtEverySplitPoint) {
+  std::string stream;
+  appendCommand(stream, {"SELECT", "0"});
+  appendCommand(stream, {"MULTI"});
+  appendCommand(stream, {"SET", "a", "1"});
+  appendCommand(stream, {"PEXPIREAT", "a", "1795280049645"});
+  appendCommand(stream, {"EXEC"});
+  appendCommand(stream, {"PING"});
+  const uint64_t base = 1000;
+  for (size_t split = 0; split <= stream.size(); ++split) {
+    source::UnitFramer framer;
+    source::Unit unit;
+    std::string buf = stream.substr(0, split), error;
+    size_t fed = split;
+    uint64_t offset = base;
+    std::vector<std::pair<size_t, uint64_t>> got;  // (entries, offset_end)
+    std::vector<bool> transaction;
+    for (int guard = 0; guard < 100; ++guard) {
+      auto status = framer.next(buf, offset, unit, error);
+      ASSERT_NE(status, source::UnitFramer::Status::Error) << error;
+      if (status == source::UnitFramer::Status::NeedMore) {
+        if (fed == stream.size()) break;
+        buf += stream.substr(fed);
+        fed = stream.size();
+        continue;
+      }
+      got.emplace_back(unit.entries.size(), unit.offset_end);
+      transaction.push_back(unit.transaction);
+      offset = unit.offset_end;
+      buf.erase(0, unit.bytes);
+    }
+    ASSERT_EQ(got.size(), 3u) << "split " << split;
+    EXPECT_EQ(got[1].first, 4u);  // MULTI, SET, PEXPIREAT, EXEC
+    EXPECT_EQ(transaction, (std::vector<bool>{false, true, false}));
+    EXPECT_EQ(got[2].second, base + stream.size());
+  }
+}
+
+// A unit's entries are parsed once and kept while its bytes arrive (a long MULTI ... EXEC block is
+// not parsed again at every read): fed a byte at a time, the same units and offsets.
+TEST(UnitFramer, AByteAtATimeGivesTheSameUnits) {
+  std::string stream;
+  appendCommand(stream, {"MULTI"});
+  for (int i = 0; i < 20; ++i) appendCommand(stream, {"INCR", "k" + std::to_string(i)});
+  appendCommand(stream, {"EXEC"});
+  appendCommand(stream, {"SET", "a", "1"});
+  source::UnitFramer framer;
+  source::Unit unit;
+  std::string buf, error;
+  uint64_t offset = 0;
+  std::vector<std::vector<std::string>> names;
+  std::vector<uint64_t> ends;
+  for (char c : stream) {
+    buf.push_back(c);
+    auto status = framer.next(buf, offset, unit, error);
+    ASSERT_NE(status, source::UnitFramer::Status::Error) << error;
+    if (status != source::UnitFramer::Status::Unit) continue;
+    std::vector<std::string> unit_names;
+    for (const auto& e : unit.entries) {
+      unit_names.emplace_back(e.args[0]);
+      ends.push_back(e.offset_end);
+    }
+    names.push_back(unit_names);
+    offset = unit.offset_end;
+    buf.erase(0, unit.bytes);
+  }
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[0].size(), 22u);
+  EXPECT_EQ(names[0].front(), "MULTI");
+  EXPECT_EQ(names[0][1], "INCR");
+  EXPECT_EQ(names[0].back(), "EXEC");
+  EXPECT_EQ(names[1], (std::vector<std::string>{"SET"}));
+  EXPECT_EQ(ends.back(), stream.size());
+  EXPECT_TRUE(buf.empty());
+}
+
+TEST(UnitFramer, AnErrorNamesItsStreamOffset) {
+  source::UnitFramer framer;
+  source::Unit unit;
+  std::string stream, error;
+  appendCommand(stream, {"PING"});
+  ASSERT_EQ(framer.next(stream, 500, unit, error), source::UnitFramer::Status::Unit);
+  std::string rest = "PING\r\n";  // inline commands never appear in a replication stream
+  EXPECT_EQ(framer.next(rest, unit.offset_end, unit, error), source::UnitFramer::Status::Error);
+  EXPECT_NE(error.find("near offset 514:"), std::string::npos) << error;
 }
 
 }  // namespace
