@@ -3,7 +3,9 @@
 # what is missing; needs root (or sudo). Safe to run again.
 #   --test  also the packages only the test suite needs: chrony (real NTP/NTS servers on
 #           loopback), faketime (libfaketime: redis-server with a skewed clock) and openssl (the
-#           CLI that makes the test CA for NTS).
+#           CLI that makes the test CA for NTS); for the fuzz smoke (scripts/fuzz.sh) clang,
+#           libclang-rt-14-dev (libFuzzer's and the sanitizers' runtimes, which clang only
+#           recommends) and llvm-14 (llvm-symbolizer: crash reports with file:line).
 #           Note: on a machine booted with systemd, Debian's chrony package enables its own
 #           chronyd service (and replaces systemd-timesyncd) — it keeps the clock synchronised
 #           like any NTP client. The tests never use that daemon; they run their own, with -x.
@@ -21,7 +23,7 @@ PACKAGES=(
   redis-server redis-tools
 )
 if [ "${1:-}" = "--test" ]; then
-  PACKAGES+=(chrony faketime openssl)
+  PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14)
 fi
 
 missing=()

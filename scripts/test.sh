@@ -3,7 +3,34 @@
 # (unit and integration tests against real redis-server processes on 127.0.0.1) through CTest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$(pwd)  # the repository: the blocks after the suite start from here
 bash scripts/install-deps.sh --test
 bash scripts/build.sh
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 "$@"
+
+# ---- sanitizer build (ASan + UBSan) ------------------------------------------------------------
+# After the suite: the same suite again, built with XDCR_SANITIZE=ON (-fsanitize=address,undefined,
+# every UB report fatal; RelWithDebInfo for readable stacks) in build-asan, benchmarks not built.
+# CTest gives every test process ASAN_OPTIONS/UBSAN_OPTIONS (tests/CMakeLists.txt), the agents the
+# integration tests start inherit them, and a sanitizer report in an agent's log fails its test
+# (tests/support/agent_process.cc). Not run sanitized: the packaging test (label packaging): it
+# packages this build's binary as a .deb (which would then depend on libasan/libubsan) and runs
+# only `version` and `validate` of it: it tests the package, not the code. SANITIZE=0 skips this
+# stage.
+if [ "${SANITIZE:-1}" != 0 ]; then
+  cd "$ROOT"
+  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo XDCR_SANITIZE=ON XDCR_BUILD_BENCH=OFF \
+    bash scripts/build.sh
+  ctest --test-dir build-asan --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 \
+    --label-exclude packaging "$@"
+fi
+
+# ---- fuzz smoke (fuzz/, scripts/fuzz.sh) -------------------------------------------------------
+# After the suite: the libFuzzer targets (RESP parser + stream framing, RDB walker, config loader)
+# are built with clang in build-fuzz (only the libraries they link), each replays its committed
+# seed corpus, then fuzzes for FUZZ_SMOKE_SECONDS (default 20). FUZZ_SMOKE=0 skips it.
+if [ "${FUZZ_SMOKE:-1}" != 0 ]; then
+  cd "$ROOT"
+  bash scripts/fuzz.sh all "${FUZZ_SMOKE_SECONDS:-20}"
+fi

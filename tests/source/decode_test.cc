@@ -46,7 +46,9 @@ TEST(Decode, SetForms) {
 }
 
 TEST(Decode, MultiKeyCommandsGiveOneEventPerKey) {
-  auto ch = decode(Cmd({"MSET", "a", "1", "b", "2", "c", "3"}));
+  // Event keys are views into the command's arguments: the Cmd must outlive the Change.
+  const Cmd mset({"MSET", "a", "1", "b", "2", "c", "3"});
+  auto ch = decode(mset);
   ASSERT_EQ(ch.events.size(), 3u);
   EXPECT_EQ(ch.events[1].key, "b");
   EXPECT_EQ(ch.events[1].key_arg, 3);
@@ -63,7 +65,8 @@ TEST(Decode, ExpiryChangesAndMoves) {
   EXPECT_EQ(decode(Cmd({"PERSIST", "k"})).events[0].rule, DeadlineRule::None);
   auto hs = decode(Cmd({"HSET", "h", "f", "v"}));
   EXPECT_EQ(hs.events[0].rule, DeadlineRule::Current);
-  auto rn = decode(Cmd({"RENAME", "a", "b"}));
+  const Cmd rename_cmd({"RENAME", "a", "b"});  // outlives `rn`, whose keys are views into it
+  auto rn = decode(rename_cmd);
   EXPECT_EQ(rn.events[0].key, "b");
   EXPECT_EQ(rn.events[0].from_key, "a");
   auto cp = decode(Cmd({"COPY", "a", "b", "DB", "5", "REPLACE"}));

@@ -27,7 +27,11 @@ class AgentProcess {
   AgentProcess(const std::string& config_path, const std::string& log_path,
                const std::vector<std::string>& extra_args = {},
                const std::string& binary = defaultAgentBinary());
-  /** Kills the agent (SIGKILL) if it is still running. */
+  /**
+   * Kills the agent (SIGKILL) if it is still running. Then fails the current test (ADD_FAILURE)
+   * when the log holds a sanitizer report (see sanitizerReport()), however the agent ended: in a
+   * sanitized build (XDCR_SANITIZE) an error in the agent must fail the test that ran it.
+   */
   ~AgentProcess();
   AgentProcess(const AgentProcess&) = delete;
   AgentProcess& operator=(const AgentProcess&) = delete;
@@ -48,6 +52,11 @@ class AgentProcess {
   const std::string& logPath() const { return log_path_; }
   std::string logText() const;
   std::string logTail(size_t lines = 60) const;
+  /**
+   * The first AddressSanitizer, LeakSanitizer or UndefinedBehaviorSanitizer report in the log
+   * (from its first line, at most 80 lines), or "" when there is none.
+   */
+  std::string sanitizerReport() const;
   /** "running (pid N)" or how it ended, for failure messages. */
   std::string describeState();
 

@@ -64,7 +64,7 @@ struct DatasetOptions {
   KeyPlacement placement;
   /** Share of the keys that get a deadline (expired keys come on top, from the others). */
   double deadline_fraction = 0.5;
-  /** Share of the keys written with a deadline a few ms ahead that has passed on return. */
+  /** Share of the keys written with a deadline 100 ms ahead that has passed on return. */
   double expired_fraction = 0.0;
   /** Deadlines are spread uniformly over [write start + min, write start + max]. */
   int64_t min_deadline_ms = 10 * 60 * 1000;
@@ -101,7 +101,7 @@ struct Dataset {
 
 /**
  * Writes a data set to the server on 127.0.0.1:`port`, pipelined. Live keys come first; expired
- * keys last, each with `PEXPIRE k 2` as its final command, after which the call waits until
+ * keys last, each with `PEXPIRE k 100` as its final command, after which the call waits until
  * those deadlines have passed. For expired keys to stay in the keyspace (and in the RDB a full
  * sync sends) the server must have active expiry off (`DEBUG SET-ACTIVE-EXPIRE 0`), and nothing
  * may read them there afterwards: a read expires a key lazily (and propagates a DEL).

@@ -281,5 +281,24 @@ TEST(AgentProcessTest, TerminateKillsAnAgentThatIgnoresSigterm) {
   EXPECT_FALSE(agent.running());
 }
 
+// A sanitizer report in the agent's log is found (and ~AgentProcess fails the test with it).
+TEST(AgentProcessTest, SanitizerReportFindsAsanAndUbsanReports) {
+  TempDir dir("xdcr-harness");
+  const std::string fake = dir.file("fake-agent.sh");
+  writeFileText(fake, "#!/bin/sh\necho ready\nwhile :; do sleep 0.05; done\n");
+  ::chmod(fake.c_str(), 0755);
+  AgentProcess agent(dir.file("config.yaml"), dir.file("agent.log"), {}, fake);
+  ASSERT_TRUE(waitUntil([&] { return agent.logText().find("ready") != std::string::npos; }, 10s));
+  EXPECT_EQ(agent.sanitizerReport(), "");
+  agent.kill();
+  for (const std::string report :
+       {"==42==ERROR: AddressSanitizer: heap-use-after-free on address 0x1\n    #0 0x2 in f a.cc:1",
+        "common/x.cc:7:3: runtime error: signed integer overflow\n    #0 0x2 in f a.cc:1"}) {
+    writeFileText(agent.logPath(), "[info] streaming\n" + report + "\n");
+    EXPECT_EQ(agent.sanitizerReport(), report + "\n");
+  }
+  writeFileText(agent.logPath(), "[info] streaming\n");  // the destructor must not fail this test
+}
+
 }  // namespace
 }  // namespace xdcr::test
