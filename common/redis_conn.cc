@@ -185,6 +185,24 @@ net::awaitable<Result<std::vector<resp::Value>>> RedisConnection::callMany(
   co_return replies;
 }
 
+net::awaitable<Result<std::vector<std::string>>> RedisConnection::scanPage(
+    std::string& cursor, int count, std::chrono::milliseconds timeout) {
+  const std::vector<std::vector<std::string>> scan = {
+      {"SCAN", cursor, "COUNT", std::to_string(count)}};
+  auto r = co_await callMany(scan, timeout);
+  if (!r) co_return fail(r.error());
+  resp::Value& v = (*r)[0];
+  if (v.type != resp::ReplyType::Array || v.elements.size() != 2) {
+    co_return fail(Error::protocol(fmt::format("{}: unexpected SCAN reply: {}", label_,
+                                               v.describe())));
+  }
+  cursor = v.elements[0].str;
+  std::vector<std::string> keys;
+  keys.reserve(v.elements[1].elements.size());
+  for (auto& e : v.elements[1].elements) keys.push_back(std::move(e.str));
+  co_return keys;
+}
+
 net::awaitable<Status> RedisConnection::auth(const std::string& username,
                                              const std::string& password,
                                              std::chrono::milliseconds timeout) {

@@ -66,6 +66,12 @@ class RedisConnection {
    */
   net::awaitable<Result<std::vector<resp::Value>>> callMany(
       const std::vector<std::vector<std::string>>& commands, std::chrono::milliseconds timeout);
+  /**
+   * One `SCAN cursor COUNT count` call in the selected db: the keys, and `cursor` advanced
+   * ("0" once the scan is complete).
+   */
+  net::awaitable<Result<std::vector<std::string>>> scanPage(std::string& cursor, int count,
+                                                            std::chrono::milliseconds timeout);
   /** Reads one CRLF line (without CRLF), skipping bare "\n" keepalives before it. */
   net::awaitable<Result<std::string>> readLine(std::chrono::milliseconds timeout);
 

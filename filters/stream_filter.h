@@ -11,7 +11,9 @@
 //
 // Not thread-safe; one per pipeline session.
 
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +44,19 @@ class StreamFilter {
   void setCurrentDb(int db) { db_ = db; }
   /** Target db for a source db, or -1 when the `dbs` map does not replicate it. */
   int mapDb(int source_db) const;
+  /**
+   * The reverse of the `dbs` map, target db -> source db: every db the pipeline may write. The
+   * identity map covers Redis's default 16 dbs.
+   */
+  std::map<int, int> sourceDbsByTarget() const {
+    std::map<int, int> out;
+    if (pipeline_.dbs.empty()) {
+      for (int db = 0; db < 16; ++db) out[db] = db;
+    } else {
+      for (auto [src, dst] : pipeline_.dbs) out.emplace(dst, src);
+    }
+    return out;
+  }
   /** All target dbs the map replicates into (empty = identity map). */
   const std::map<int, int>& dbMap() const { return pipeline_.dbs; }
   /** include_keys / exclude_keys verdict for one key. */
@@ -76,6 +91,15 @@ class KeyRewriter {
       }
     }
     return {std::string_view(), key};
+  }
+  /** The source name of a target key: undoes the first rule whose target prefix matches. */
+  std::string unmap(std::string_view target_key) const {
+    for (const auto& r : rules_) {
+      if (target_key.substr(0, r.to.size()) == r.to) {
+        return r.from + std::string(target_key.substr(r.to.size()));
+      }
+    }
+    return std::string(target_key);
   }
   bool empty() const { return rules_.empty(); }
 

@@ -3,7 +3,6 @@
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
-#include <map>
 
 #include <fmt/format.h>
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
@@ -17,7 +16,6 @@ namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(10);
 constexpr uint64_t kMaxInflight = 50'000;
-constexpr int kDefaultDbs = 16;
 
 // The db goes into the hashed bytes, not into XXH3's seed: for inputs of 1–3 bytes the seed
 // combines with the input almost linearly ("k:2" in db 2 and "k:3" in db 1 collide).
@@ -55,39 +53,21 @@ net::awaitable<Result<uint64_t>> deleteStaleKeys(const config::PipelineConfig& p
   }
   if (!s) co_return fail(s.error());
 
-  std::map<int, int> source_of;  // target db -> source db
-  if (pipeline.dbs.empty()) {
-    for (int db = 0; db < kDefaultDbs; ++db) source_of[db] = db;
-  } else {
-    for (auto [src, dst] : pipeline.dbs) source_of.emplace(dst, src);
-  }
+  const filters::KeyRewriter rewriter(pipeline.key_rewrite);
   uint64_t deleted = 0;
-  for (auto [tdb, sdb] : source_of) {
+  for (auto [tdb, sdb] : filter.sourceDbsByTarget()) {
     const std::vector<std::vector<std::string>> select = {{"SELECT", std::to_string(tdb)}};
     auto sel = co_await conn.callMany(select, kTimeout);
     if (!sel) co_return fail(sel.error());
     if ((*sel)[0].isError()) break;  // fewer dbs than 16 on this server: done
     std::string cursor = "0";
     do {
-      const std::vector<std::vector<std::string>> scan = {{"SCAN", cursor, "COUNT", "1000"}};
-      auto r = co_await conn.callMany(scan, kTimeout);
-      if (!r) co_return fail(r.error());
-      const resp::Value& v = (*r)[0];
-      if (v.type != resp::ReplyType::Array || v.elements.size() != 2) {
-        co_return fail(Error::protocol(conn.label() + ": unexpected SCAN reply"));
-      }
-      cursor = v.elements[0].str;
+      auto keys = co_await conn.scanPage(cursor, 1000, kTimeout);
+      if (!keys) co_return fail(keys.error());
       applier.beginUnit(false);
-      for (const auto& e : v.elements[1].elements) {
-        const std::string& tkey = e.str;
+      for (const auto& tkey : *keys) {
         if (isMarkerKey(tkey)) continue;
-        std::string skey = tkey;  // the source name: undo the first rewrite that matches
-        for (const auto& rw : pipeline.key_rewrite) {
-          if (tkey.compare(0, rw.to.size(), rw.to) == 0) {
-            skey = rw.from + tkey.substr(rw.to.size());
-            break;
-          }
-        }
+        const std::string skey = rewriter.unmap(tkey);
         if (!filter.keyPasses(skey) || snapshot.contains(sdb, skey)) continue;
         applier.appendDelete(tdb, tkey);
         ++deleted;

@@ -340,39 +340,19 @@ net::awaitable<Status> Verifier::countExtra() {
   // Target keys with no source key behind them, in the dbs this pipeline writes. The agent
   // leaves such keys alone by design (a full sync does not delete them), so they are reported,
   // not counted as differences.
-  std::map<int, int> reverse;  // target db -> source db
-  if (pipe_.dbs.empty()) {
-    for (int db = 0; db < 16; ++db) reverse[db] = db;
-  } else {
-    for (auto [s, d] : pipe_.dbs) reverse.emplace(d, s);
-  }
-  for (auto [tdb, sdb] : reverse) {
+  for (auto [tdb, sdb] : filter_.sourceDbsByTarget()) {
     if (auto s = co_await select(dst_, tdb, dst_db_); !s) co_return s;
     if (auto s = co_await select(src_, sdb, src_db_); !s) co_return s;
     std::string cursor = "0";
     do {
-      const std::vector<Cmd> scan = {{"SCAN", cursor, "COUNT", std::to_string(kScanCount)}};
-      auto r = co_await dst_.callMany(scan, kTimeout);
-      if (!r) co_return fail(r.error());
-      const auto& v = (*r)[0];
-      if (v.type != resp::ReplyType::Array || v.elements.size() != 2) {
-        co_return fail(Error::protocol(dst_.label() + ": unexpected SCAN reply"));
-      }
-      cursor = v.elements[0].str;
+      auto keys = co_await dst_.scanPage(cursor, kScanCount, kTimeout);
+      if (!keys) co_return fail(keys.error());
       std::vector<Cmd> exists;
-      for (const auto& e : v.elements[1].elements) {
-        const std::string& tkey = e.str;
+      for (const auto& tkey : *keys) {
         if (isMarkerKey(tkey)) continue;
-        // The source name of a target key: undo the first rewrite whose target prefix matches.
-        std::string skey = tkey;
-        for (const auto& rw : pipe_.key_rewrite) {
-          if (tkey.compare(0, rw.to.size(), rw.to) == 0) {
-            skey = rw.from + tkey.substr(rw.to.size());
-            break;
-          }
-        }
+        std::string skey = rewriter_.unmap(tkey);
         if (!filter_.keyPasses(skey)) continue;
-        exists.push_back({"EXISTS", skey});
+        exists.push_back({"EXISTS", std::move(skey)});
       }
       if (!exists.empty()) {
         auto e = co_await src_.callMany(exists, kTimeout);
@@ -432,19 +412,17 @@ net::awaitable<int> Verifier::run() {
         status = s;
         break;
       }
-      const std::vector<Cmd> scan = {{"SCAN", cursor, "COUNT", std::to_string(kScanCount)}};
-      auto r = co_await src_.callMany(scan, kTimeout);
-      if (!r || (*r)[0].type != resp::ReplyType::Array || (*r)[0].elements.size() != 2) {
-        status = r ? fail(Error::protocol(src_.label() + ": unexpected SCAN reply"))
-                   : fail(r.error());
+      auto keys = co_await src_.scanPage(cursor, kScanCount, kTimeout);
+      if (!keys) {
+        status = fail(keys.error());
         break;
       }
-      cursor = (*r)[0].elements[0].str;
-      for (const auto& e : (*r)[0].elements[1].elements) {
-        if (!filter_.keyPasses(e.str) || seen++ % stride != 0) continue;
+      for (auto& key : *keys) {
+        if (!filter_.keyPasses(key) || seen++ % stride != 0) continue;
         if (opt_.sample > 0 && checked_ + batch.size() >= opt_.sample) break;
-        auto [prefix, rest] = rewriter_.map(e.str);
-        batch.push_back({db, tdb, e.str, std::string(prefix) + std::string(rest)});
+        auto [prefix, rest] = rewriter_.map(key);
+        std::string dst_key = std::string(prefix) + std::string(rest);
+        batch.push_back({db, tdb, std::move(key), std::move(dst_key)});
         if (batch.size() >= kBatch) {
           const size_t n = batch.size();
           if (auto s = co_await checkBatch(batch); !s) status = s;
