@@ -51,9 +51,11 @@ const ExpiryIndex::Table* ExpiryIndex::table(int db) const {
 }
 
 void ExpiryIndex::grow(Table& t) {
+  // By 7/16, not doubled: right after growing the table is still 52 % full (3/4 / 1.4375),
+  // so a deadline never costs more than ~31 bytes (16-byte slots), under issue 8's 32.
   std::vector<Slot> old;
   old.swap(t.slots);
-  t.slots.assign(old.size() * 2, Slot{0, 0});
+  t.slots.assign(old.size() + old.size() * 7 / 16, Slot{0, 0});
   t.used = 0;
   for (const auto& s : old) {
     if (s.hash != 0) put(t, s.hash, s.value);
@@ -62,8 +64,8 @@ void ExpiryIndex::grow(Table& t) {
 
 void ExpiryIndex::put(Table& t, uint64_t h, int64_t value) {
   if ((t.used + 1) * 4 > t.slots.size() * 3) grow(t);
-  size_t mask = t.slots.size() - 1;
-  for (size_t i = h & mask;; i = (i + 1) & mask) {
+  const size_t n = t.slots.size();
+  for (size_t i = home(h, n);; i = (i + 1 == n) ? 0 : i + 1) {
     Slot& s = t.slots[i];
     if (s.hash == h) {
       s.value = value;
@@ -77,20 +79,21 @@ void ExpiryIndex::put(Table& t, uint64_t h, int64_t value) {
   }
 }
 
-void ExpiryIndex::remove(Table& t, uint64_t h) {
-  size_t mask = t.slots.size() - 1;
-  size_t i = h & mask;
-  for (;; i = (i + 1) & mask) {
-    if (t.slots[i].hash == 0) return;
+bool ExpiryIndex::remove(Table& t, uint64_t h) {
+  const size_t n = t.slots.size();
+  auto next = [n](size_t i) { return (i + 1 == n) ? 0 : i + 1; };
+  size_t i = home(h, n);
+  for (;; i = next(i)) {
+    if (t.slots[i].hash == 0) return false;
     if (t.slots[i].hash == h) break;
   }
   // Backward-shift deletion keeps linear probing free of deletion markers.
   size_t j = i;
   for (;;) {
-    j = (j + 1) & mask;
+    j = next(j);
     if (t.slots[j].hash == 0) break;
-    size_t home = t.slots[j].hash & mask;
-    bool between = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+    size_t h_j = home(t.slots[j].hash, n);
+    bool between = (i <= j) ? (i < h_j && h_j <= j) : (i < h_j || h_j <= j);
     if (!between) {
       t.slots[i] = t.slots[j];
       i = j;
@@ -98,14 +101,27 @@ void ExpiryIndex::remove(Table& t, uint64_t h) {
   }
   t.slots[i] = Slot{0, 0};
   --t.used;
+  return true;
+}
+
+void ExpiryIndex::record(uint32_t kind, uint32_t db, uint64_t hash, int64_t value) {
+  if (!journaling_ || journal_lost_) return;
+  if (journal_.size() >= kMaxJournalOps) {
+    // Nobody took the journal for a long time (a long pause, a slow target): stop recording
+    // and let the next checkpoint be a whole image.
+    journal_lost_ = true;
+    std::vector<Op>().swap(journal_);
+    return;
+  }
+  journal_.push_back(Op{kind, db, hash, value});
 }
 
 ExpiryIndex::Entry ExpiryIndex::get(int db, std::string_view key) const {
   const Table* t = table(db);
   if (t == nullptr || t->used == 0) return {};
   uint64_t h = hashKey(key);
-  size_t mask = t->slots.size() - 1;
-  for (size_t i = h & mask;; i = (i + 1) & mask) {
+  const size_t n = t->slots.size();
+  for (size_t i = home(h, n);; i = (i + 1 == n) ? 0 : i + 1) {
     const Slot& s = t->slots[i];
     if (s.hash == 0) return {};
     if (s.hash == h) {
@@ -115,28 +131,33 @@ ExpiryIndex::Entry ExpiryIndex::get(int db, std::string_view key) const {
 }
 
 void ExpiryIndex::set(int db, std::string_view key, int64_t deadline_ms) {
+  const uint64_t h = hashKey(key);
   if (deadline_ms <= 0) {
     Table* t = table(db, false);
-    if (t != nullptr && t->used > 0) {
-      size_t before = t->used;
-      remove(*t, hashKey(key));
-      if (t->used != before) ++dirty_;
+    if (t != nullptr && t->used > 0 && remove(*t, h)) {
+      ++dirty_;
+      record(Op::Remove, static_cast<uint32_t>(db), h, 0);
     }
     return;
   }
-  put(*table(db, true), hashKey(key), deadline_ms);
+  put(*table(db, true), h, deadline_ms);
   ++dirty_;
+  record(Op::Put, static_cast<uint32_t>(db), h, deadline_ms);
 }
 
 void ExpiryIndex::tombstone(int db, std::string_view key, int64_t at_ms) {
-  put(*table(db, true), hashKey(key), -(at_ms > 0 ? at_ms : 1));
+  const uint64_t h = hashKey(key);
+  const int64_t v = -(at_ms > 0 ? at_ms : 1);
+  put(*table(db, true), h, v);
   ++dirty_;
+  record(Op::Put, static_cast<uint32_t>(db), h, v);
 }
 
 void ExpiryIndex::clearDb(int db) {
   if (db >= 0 && static_cast<size_t>(db) < dbs_.size()) {
     dbs_[db] = Table{};
     ++dirty_;
+    record(Op::ClearDb, static_cast<uint32_t>(db), 0, 0);
   }
 }
 
@@ -146,23 +167,51 @@ void ExpiryIndex::swapDbs(int a, int b) {
   if (dbs_.size() < need) dbs_.resize(need);
   std::swap(dbs_[a], dbs_[b]);
   ++dirty_;
+  record(Op::SwapDbs, static_cast<uint32_t>(a), static_cast<uint64_t>(b), 0);
 }
 
 void ExpiryIndex::clearAll() {
   dbs_.clear();
   ++dirty_;
+  record(Op::ClearAll, 0, 0, 0);
 }
 
 size_t ExpiryIndex::purgeTombstones(int64_t before_ms) {
+  size_t slots = 0;
+  for (const auto& t : dbs_) slots += t.slots.size();
+  purge_db_ = 0;
+  purge_slot_ = 0;
+  return purgeTombstonesStep(before_ms, slots);
+}
+
+size_t ExpiryIndex::purgeTombstonesStep(int64_t before_ms, size_t max_slots) {
   size_t purged = 0;
-  for (auto& t : dbs_) {
+  size_t examined = 0;
+  size_t dbs_visited = 0;
+  while (examined < max_slots && !dbs_.empty() && dbs_visited <= dbs_.size()) {
+    if (purge_db_ >= dbs_.size()) purge_db_ = 0;
+    Table& t = dbs_[purge_db_];
+    if (purge_slot_ >= t.slots.size()) {
+      purge_slot_ = 0;
+      ++purge_db_;
+      ++dbs_visited;
+      continue;
+    }
+    const size_t end = std::min(t.slots.size(), purge_slot_ + (max_slots - examined));
     // Collect first: removal shifts slots.
     std::vector<uint64_t> victims;
-    for (const auto& s : t.slots) {
+    for (size_t i = purge_slot_; i < end; ++i) {
+      const Slot& s = t.slots[i];
       if (s.hash != 0 && s.value < 0 && -s.value < before_ms) victims.push_back(s.hash);
     }
-    for (uint64_t h : victims) remove(t, h);
-    purged += victims.size();
+    examined += end - purge_slot_;
+    purge_slot_ = end;
+    for (uint64_t h : victims) {
+      if (remove(t, h)) {
+        ++purged;
+        record(Op::Remove, static_cast<uint32_t>(purge_db_), h, 0);
+      }
+    }
   }
   if (purged > 0) ++dirty_;
   return purged;
@@ -213,8 +262,9 @@ bool ExpiryIndex::deserialize(std::string_view in) {
     if (!getRaw(in, db) || !getRaw(in, n) || db > 1'000'000 || n > in.size() / 16) return false;
     if (db >= dbs.size()) dbs.resize(db + 1);
     Table& t = dbs[db];
+    // At most two thirds full, like a table that grew to hold n.
     size_t slots = kMinSlots;
-    while (slots * 3 < n * 4 + 4) slots *= 2;
+    while (slots * 2 < n * 3) slots += slots * 7 / 16;
     t.slots.assign(slots, Slot{0, 0});
     for (uint64_t k = 0; k < n; ++k) {
       Slot s{};
@@ -225,6 +275,79 @@ bool ExpiryIndex::deserialize(std::string_view in) {
   if (!in.empty()) return false;
   dbs_.swap(dbs);
   dirty_ = 0;
+  journal_.clear();
+  journal_lost_ = false;
+  purge_db_ = purge_slot_ = 0;
+  return true;
+}
+
+void ExpiryIndex::setJournaling(bool on) {
+  journaling_ = on;
+  journal_lost_ = false;
+  std::vector<Op>().swap(journal_);
+}
+
+void ExpiryIndex::takeJournal(std::vector<Op>& out) {
+  out.clear();
+  out.swap(journal_);
+  journal_lost_ = false;
+}
+
+void ExpiryIndex::serializeOps(const std::vector<Op>& ops, std::string& out) {
+  out.reserve(out.size() + ops.size() * kOpBytes);
+  for (const Op& op : ops) {
+    putRaw(out, op.kind);
+    putRaw(out, op.db);
+    putRaw(out, op.hash);
+    putRaw(out, op.value);
+  }
+}
+
+void ExpiryIndex::applyOp(const Op& op) {
+  const int db = static_cast<int>(op.db);
+  switch (op.kind) {
+    case Op::Put:
+      put(*table(db, true), op.hash, op.value);
+      break;
+    case Op::Remove:
+      if (Table* t = table(db, false); t != nullptr) remove(*t, op.hash);
+      break;
+    case Op::ClearDb:
+      if (static_cast<size_t>(db) < dbs_.size()) dbs_[db] = Table{};
+      break;
+    case Op::SwapDbs: {
+      const size_t need = std::max<size_t>(op.db, op.hash) + 1;
+      if (dbs_.size() < need) dbs_.resize(need);
+      std::swap(dbs_[op.db], dbs_[op.hash]);
+      break;
+    }
+    case Op::ClearAll:
+      dbs_.clear();
+      break;
+  }
+}
+
+bool ExpiryIndex::replayOps(std::string_view in) {
+  if (in.size() % kOpBytes != 0) return false;
+  // Validate everything first: a malformed journal leaves the index as it was.
+  std::vector<Op> ops;
+  ops.reserve(in.size() / kOpBytes);
+  while (!in.empty()) {
+    Op op;
+    getRaw(in, op.kind);
+    getRaw(in, op.db);
+    getRaw(in, op.hash);
+    getRaw(in, op.value);
+    const bool ok =
+        op.db <= 1'000'000 &&
+        ((op.kind == Op::Put && op.hash != 0 && op.value != 0) ||
+         (op.kind == Op::Remove && op.hash != 0) || op.kind == Op::ClearDb ||
+         (op.kind == Op::SwapDbs && op.hash <= 1'000'000) || op.kind == Op::ClearAll);
+    if (!ok) return false;
+    ops.push_back(op);
+  }
+  for (const Op& op : ops) applyOp(op);
+  if (!ops.empty()) ++dirty_;
   return true;
 }
 

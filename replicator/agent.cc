@@ -91,6 +91,9 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
         m.stats = &p->stats();
         m.lag_seconds = p->lagSeconds();
         m.backlog_bytes = static_cast<double>(p->backlogBytes());
+        m.expiry_index_entries = static_cast<double>(p->expiryIndex().size());
+        m.expiry_index_bytes = static_cast<double>(p->expiryIndex().memoryBytes());
+        m.checkpoint_journal_bytes = static_cast<double>(p->checkpointJournalBytes());
         m.paused = p->paused();
         m.paused_reason = p->pausedReason();
         m.skew = &p->skew();

@@ -8,16 +8,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 namespace xdcr::replicator {
 namespace {
 
 constexpr std::string_view kMagic = "XDCRCKPT 1\n";
+constexpr std::string_view kJournalMagic = "XJR1";
 
 Status writeAll(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {
@@ -33,11 +36,54 @@ Status writeAll(int fd, std::string_view data, const std::string& path) {
   return Status{};
 }
 
+nlohmann::json headerJson(const std::string& pipeline, const Checkpoint& cp) {
+  nlohmann::json j;
+  j["pipeline"] = pipeline;
+  j["replid"] = cp.position.replid;
+  j["offset"] = cp.position.offset;
+  j["db"] = cp.db;
+  j["written_at_ms"] = cp.written_at_ms;
+  j["source"] = cp.source_address;
+  j["marker"] = cp.marker;
+  j["next_marker"] = cp.next_marker;
+  return j;
+}
+
+void parseHeader(std::string_view text, Checkpoint& cp) {
+  auto j = nlohmann::json::parse(text);
+  cp.position.replid = j.at("replid").get<std::string>();
+  cp.position.offset = j.at("offset").get<uint64_t>();
+  cp.db = j.at("db").get<int>();
+  cp.written_at_ms = j.at("written_at_ms").get<int64_t>();
+  cp.source_address = j.value("source", "");
+  cp.marker = j.value("marker", "");
+  cp.next_marker = j.value("next_marker", "");
+}
+
+template <class T>
+void putRaw(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+uint64_t newGeneration() {
+  std::random_device rd;
+  uint64_t g = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return g == 0 ? 1 : g;
+}
+
 }  // namespace
 
 CheckpointStore::CheckpointStore(std::string state_dir, std::string pipeline)
     : dir_(std::move(state_dir)), pipeline_(std::move(pipeline)) {
   path_ = (std::filesystem::path(dir_) / (pipeline_ + ".ckpt")).string();
+  journal_path_ = (std::filesystem::path(dir_) / (pipeline_ + ".journal")).string();
+}
+
+CheckpointStore::~CheckpointStore() { closeJournal(); }
+
+void CheckpointStore::closeJournal() {
+  if (journal_fd_ >= 0) ::close(journal_fd_);
+  journal_fd_ = -1;
 }
 
 Status CheckpointStore::prepare() const {
@@ -50,7 +96,23 @@ Status CheckpointStore::prepare() const {
   return Status{};
 }
 
-Result<std::optional<Checkpoint>> CheckpointStore::load(filters::ExpiryIndex& index) const {
+Status CheckpointStore::syncDirectory() const {
+  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return Status{};
+  int rc = ::fsync(dfd);
+  int err = errno;
+  ::close(dfd);
+  if (rc != 0) {
+    return fail(Error::storage(
+        fmt::format("fsync of directory {} failed: {}", dir_, std::strerror(err))));
+  }
+  return Status{};
+}
+
+Result<std::optional<Checkpoint>> CheckpointStore::load(filters::ExpiryIndex& index) {
+  closeJournal();
+  has_base_ = false;
+  base_bytes_ = journal_bytes_ = 0;
   std::ifstream in(path_, std::ios::binary);
   if (!in) {
     if (!std::filesystem::exists(path_)) return std::optional<Checkpoint>{};
@@ -59,47 +121,109 @@ Result<std::optional<Checkpoint>> CheckpointStore::load(filters::ExpiryIndex& in
   std::stringstream ss;
   ss << in.rdbuf();
   std::string data = ss.str();
-  auto damaged = [&](const char* why) {
+  auto damaged = [&](const std::string& file, const std::string& why) {
     return fail(Error::storage(fmt::format(
-        "checkpoint {} is damaged ({}); move it away to start this pipeline with a full resync",
-        path_, why)));
+        "checkpoint {} is damaged ({}); move {} and {} away to start this pipeline with a full "
+        "resync",
+        file, why, path_, journal_path_)));
   };
   if (data.size() < kMagic.size() + 8 || data.compare(0, kMagic.size(), kMagic) != 0) {
-    return damaged("bad header");
+    return damaged(path_, "bad header");
   }
   uint64_t stored = 0;
   std::memcpy(&stored, data.data() + data.size() - 8, 8);
-  if (XXH64(data.data(), data.size() - 8, 0) != stored) return damaged("checksum mismatch");
+  if (XXH64(data.data(), data.size() - 8, 0) != stored) return damaged(path_, "checksum mismatch");
   size_t nl = data.find('\n', kMagic.size());
-  if (nl == std::string::npos) return damaged("no header line");
+  if (nl == std::string::npos) return damaged(path_, "no header line");
   Checkpoint cp;
+  uint64_t generation = 0;
   try {
-    auto j = nlohmann::json::parse(data.substr(kMagic.size(), nl - kMagic.size()));
-    cp.position.replid = j.at("replid").get<std::string>();
-    cp.position.offset = j.at("offset").get<uint64_t>();
-    cp.db = j.at("db").get<int>();
-    cp.written_at_ms = j.at("written_at_ms").get<int64_t>();
-    cp.source_address = j.value("source", "");
-    cp.marker = j.value("marker", "");
-    cp.next_marker = j.value("next_marker", "");
+    const std::string_view header(data.data() + kMagic.size(), nl - kMagic.size());
+    parseHeader(header, cp);
+    generation = nlohmann::json::parse(header).value("generation", uint64_t{0});
   } catch (const std::exception& e) {
-    return damaged(e.what());
+    return damaged(path_, e.what());
   }
   std::string_view image(data.data() + nl + 1, data.size() - 8 - (nl + 1));
-  if (!index.deserialize(image)) return damaged("bad expiry index");
+  if (!index.deserialize(image)) return damaged(path_, "bad expiry index");
+  has_base_ = true;
+  generation_ = generation;
+  base_bytes_ = data.size();
+  data.clear();
+  data.shrink_to_fit();
+
+  // The journal: records of this base's generation, in order, up to the first torn one.
+  std::ifstream jin(journal_path_, std::ios::binary);
+  if (!jin) return std::optional<Checkpoint>(cp);
+  std::stringstream js;
+  js << jin.rdbuf();
+  const std::string journal = js.str();
+  size_t pos = 0;
+  size_t applied = 0, foreign = 0;
+  std::string why_stopped;
+  while (pos < journal.size()) {
+    // "XJR1" u32 body_len | body | u64 XXH64(magic, length, body)
+    if (journal.size() - pos < 8 + 8 || journal.compare(pos, 4, kJournalMagic) != 0) {
+      why_stopped = "a record without its header";
+      break;
+    }
+    uint32_t body_len = 0;
+    std::memcpy(&body_len, journal.data() + pos + 4, 4);
+    if (journal.size() - pos - 8 < static_cast<size_t>(body_len) + 8) {
+      why_stopped = "an incomplete record";
+      break;
+    }
+    uint64_t sum = 0;
+    std::memcpy(&sum, journal.data() + pos + 8 + body_len, 8);
+    if (XXH64(journal.data() + pos, 8 + body_len, 0) != sum) {
+      why_stopped = "a record with a bad checksum";
+      break;
+    }
+    // body: u64 generation | u32 header_len | header | ops
+    std::string_view body(journal.data() + pos + 8, body_len);
+    uint64_t gen = 0;
+    uint32_t header_len = 0;
+    if (body.size() < 12) return damaged(journal_path_, "short record");
+    std::memcpy(&gen, body.data(), 8);
+    std::memcpy(&header_len, body.data() + 8, 4);
+    if (body.size() - 12 < header_len) return damaged(journal_path_, "bad record header length");
+    if (gen != generation_) {
+      // Left over from before the base was replaced (a crash between the two steps of a
+      // compaction): the base already holds all of it.
+      ++foreign;
+    } else {
+      Checkpoint next = cp;
+      try {
+        parseHeader(body.substr(12, header_len), next);
+      } catch (const std::exception& e) {
+        return damaged(journal_path_, e.what());
+      }
+      if (!index.replayOps(body.substr(12 + header_len))) {
+        return damaged(journal_path_, "bad expiry-index changes");
+      }
+      cp = next;
+      ++applied;
+    }
+    pos += 8 + body_len + 8;
+  }
+  journal_bytes_ = pos;
+  if (!why_stopped.empty()) {
+    spdlog::warn("checkpoint journal {}: {} at byte {} (a crash while it was written); the {} "
+                 "record(s) before it are used, the last {} byte(s) are cut off at the next "
+                 "checkpoint",
+                 journal_path_, why_stopped, pos, applied, journal.size() - pos);
+  }
+  if (foreign > 0) {
+    spdlog::info("checkpoint journal {}: {} record(s) of an older base ignored", journal_path_,
+                 foreign);
+  }
   return std::optional<Checkpoint>(cp);
 }
 
-Status CheckpointStore::commit(const Checkpoint& cp, const filters::ExpiryIndex& index) const {
-  nlohmann::json j;
-  j["pipeline"] = pipeline_;
-  j["replid"] = cp.position.replid;
-  j["offset"] = cp.position.offset;
-  j["db"] = cp.db;
-  j["written_at_ms"] = cp.written_at_ms;
-  j["source"] = cp.source_address;
-  j["marker"] = cp.marker;
-  j["next_marker"] = cp.next_marker;
+Status CheckpointStore::commit(const Checkpoint& cp, const filters::ExpiryIndex& index) {
+  const uint64_t generation = newGeneration();
+  nlohmann::json j = headerJson(pipeline_, cp);
+  j["generation"] = generation;
   j["index_entries"] = index.size();
   std::string data(kMagic);
   data += j.dump();
@@ -128,28 +252,86 @@ Status CheckpointStore::commit(const Checkpoint& cp, const filters::ExpiryIndex&
     return fail(Error::storage(fmt::format("cannot rename {} to {}: {}", tmp, path_,
                                            std::strerror(errno))));
   }
-  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    int rc = ::fsync(dfd);
-    ::close(dfd);
-    if (rc != 0) {
-      return fail(Error::storage(fmt::format("fsync of directory {} failed: {}", dir_,
-                                             std::strerror(errno))));
-    }
+  // From here the new base counts; the old journal's records carry the old generation, so a
+  // crash before the unlink below leaves them ignored.
+  has_base_ = true;
+  generation_ = generation;
+  base_bytes_ = data.size();
+  closeJournal();
+  journal_bytes_ = 0;
+  if (auto d = syncDirectory(); !d) return d;
+  if (::unlink(journal_path_.c_str()) != 0 && errno != ENOENT) {
+    spdlog::warn("cannot remove the old checkpoint journal {}: {} (it is ignored)", journal_path_,
+                 std::strerror(errno));
   }
   return Status{};
 }
 
-Status CheckpointStore::remove() const {
-  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
-    return fail(Error::storage(fmt::format("cannot remove checkpoint {}: {}", path_,
-                                           std::strerror(errno))));
+Status CheckpointStore::appendDelta(const Checkpoint& cp,
+                                    const std::vector<filters::ExpiryIndex::Op>& ops) {
+  if (!has_base_) {
+    return fail(Error::storage(fmt::format(
+        "internal: checkpoint journal {} has no base image to follow", journal_path_)));
   }
-  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  if (journal_fd_ < 0) {
+    journal_fd_ = ::open(journal_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (journal_fd_ < 0) {
+      return fail(Error::storage(fmt::format("cannot open {}: {}; check agent.state_dir",
+                                             journal_path_, std::strerror(errno))));
+    }
+    // Cut off a torn tail (and anything after the valid records) before appending.
+    if (::ftruncate(journal_fd_, static_cast<off_t>(journal_bytes_)) != 0 ||
+        ::lseek(journal_fd_, static_cast<off_t>(journal_bytes_), SEEK_SET) < 0) {
+      const int err = errno;
+      closeJournal();
+      return fail(Error::storage(
+          fmt::format("cannot prepare {}: {}", journal_path_, std::strerror(err))));
+    }
   }
+  const std::string header = headerJson(pipeline_, cp).dump();
+  std::string record(kJournalMagic);
+  putRaw(record, uint32_t{0});  // body length, filled in below
+  putRaw(record, generation_);
+  putRaw(record, static_cast<uint32_t>(header.size()));
+  record += header;
+  filters::ExpiryIndex::serializeOps(ops, record);
+  const uint64_t body_len = record.size() - 8;
+  if (body_len > UINT32_MAX) {
+    return fail(Error::storage("internal: checkpoint journal record too large"));
+  }
+  const auto body_len32 = static_cast<uint32_t>(body_len);
+  std::memcpy(record.data() + 4, &body_len32, 4);
+  putRaw(record, XXH64(record.data(), record.size(), 0));
+
+  Status s = writeAll(journal_fd_, record, journal_path_);
+  if (s && ::fdatasync(journal_fd_) != 0) {
+    s = fail(Error::storage(
+        fmt::format("fdatasync {} failed: {}", journal_path_, std::strerror(errno))));
+  }
+  if (!s) {
+    // The file may now end in part of this record; the next open cuts it off.
+    closeJournal();
+    return s;
+  }
+  if (journal_bytes_ == 0) {
+    // A journal file that did not exist until now: make its directory entry durable too.
+    if (auto d = syncDirectory(); !d) return d;
+  }
+  journal_bytes_ += record.size();
+  return Status{};
+}
+
+Status CheckpointStore::remove() {
+  closeJournal();
+  has_base_ = false;
+  base_bytes_ = journal_bytes_ = 0;
+  for (const std::string& p : {path_, journal_path_}) {
+    if (::unlink(p.c_str()) != 0 && errno != ENOENT) {
+      return fail(Error::storage(fmt::format("cannot remove checkpoint {}: {}", p,
+                                             std::strerror(errno))));
+    }
+  }
+  (void)syncDirectory();
   return Status{};
 }
 

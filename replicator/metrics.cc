@@ -178,6 +178,13 @@ std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::C
   gauge("xdcr_replication_lag_seconds", "Replication lag.", &PipelineMetrics::lag_seconds);
   gauge("xdcr_backlog_bytes", "Source offset minus applied offset.",
         &PipelineMetrics::backlog_bytes);
+  gauge("xdcr_expiry_index_entries", "Source deadlines and tombstones the expiry index holds.",
+        &PipelineMetrics::expiry_index_entries);
+  gauge("xdcr_expiry_index_bytes", "Memory of the expiry index's tables.",
+        &PipelineMetrics::expiry_index_bytes);
+  gauge("xdcr_checkpoint_journal_bytes",
+        "Checkpoint journal length since the last whole image (compacted past 64 MiB).",
+        &PipelineMetrics::checkpoint_journal_bytes);
   {
     // Only measured pipelines: a 0 would claim the clocks agree.
     Family f(out, "xdcr_clock_skew_seconds", "gauge",

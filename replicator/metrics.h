@@ -21,6 +21,9 @@ struct PipelineMetrics {
   std::string paused_reason;
   const clock::PipelineSkew* skew = nullptr;  // null or !measured: no skew samples
   double compensation_seconds = 0;
+  double expiry_index_entries = 0;  // deadlines and tombstones held
+  double expiry_index_bytes = 0;    // memory of its tables
+  double checkpoint_journal_bytes = 0;
 };
 
 /**

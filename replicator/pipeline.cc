@@ -26,6 +26,11 @@ constexpr double kSourceSilenceLimitS = 60;
 constexpr double kTargetStallLimitS = 60;
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int64_t kTombstonePurgeMs = 5 * 60 * 1000;
+// Slots of the expiry index a periodic checkpoint examines for old tombstones (~1 ms of work):
+// the purge goes round a big index over many checkpoints instead of scanning it whole.
+constexpr size_t kPurgeSlotsPerCheckpoint = 256 * 1024;
+// The journal is folded into a new whole image once it outgrows the image, and at least this.
+constexpr uint64_t kCompactJournalBytes = 64ULL << 20;
 
 bool isGetAck(const source::Entry& e) {
   return e.args.size() >= 2 && resp::iequals(e.args[0], "replconf") &&
@@ -204,6 +209,11 @@ Status Pipeline::loadCheckpoint() {
     resume_.reset();
     index_.clearAll();
   }
+  pending_cp_.reset();
+  image_needed_ = false;
+  // Journal the index's changes from the loaded state on; without a checkpoint there is a
+  // full sync first, whose end writes a whole image.
+  index_.setJournaling(resume_.has_value());
   if (resume_) {
     checkpointed_offset_ = applied_offset_ = resume_->position.offset;
     next_marker_ = resume_->next_marker;
@@ -316,8 +326,10 @@ net::awaitable<Status> Pipeline::sourceSide(target::RedisTarget& target) {
                           // crash in between must start a new full sync, not resume the old
                           // history over a half-written snapshot.
                           state_ = PipelineState::FullSync;
+                          index_.setJournaling(false);  // the end writes a whole image
                           index_.clearAll();
                           resume_.reset();
+                          pending_cp_.reset();
                           return store_.remove();
                         },
                         [this] { return paused() && !stopping_; });
@@ -393,11 +405,16 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       }
       co_return co_await checkpointAfterMarker(source, target, filter, applier);
     }
+    finishDeltaCheckpointIfAnswered(target);
     // Not while paused: the marker is a write too, and a skew pause lets none through (the
     // checkpoint follows the resume; nothing is applied meanwhile).
-    if (quiesce_requested_ && !paused()) {
-      if (auto c = co_await checkpointAfterMarker(source, target, filter, applier); !c) {
-        co_return c;
+    if (checkpoint_due_ && !paused()) {
+      if (needWholeImage()) {
+        if (auto c = co_await checkpointAfterMarker(source, target, filter, applier); !c) {
+          co_return c;
+        }
+      } else {
+        beginDeltaCheckpoint(source, target, filter, applier);
       }
     }
     while (paused() && !stopping_) {
@@ -422,7 +439,7 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       if (!r) {
         if (stopping_) continue;  // cancelled by stop(): drain
         // Cancelled by ackLoop: a checkpoint is due while the source is quiet.
-        if (quiesce_requested_ && r.error().kind == Error::Kind::Cancelled) continue;
+        if (checkpoint_due_ && r.error().kind == Error::Kind::Cancelled) continue;
         co_return r;
       }
       source_offset_ = source.position().offset + source.bytesBuffered();
@@ -493,11 +510,13 @@ net::awaitable<Status> Pipeline::ackLoop(source::RedisSource& source, target::Re
                                            "reconnecting",
                                            pipeline_.name, kTargetStallLimitS)));
     }
-    if (now - last_checkpoint_ >= pipeline_.checkpoint_interval &&
-        (applied_offset_ != checkpointed_offset_ || index_.dirty() > 0) && !quiesce_requested_) {
+    // A quiet source: the marker of a pending checkpoint may be answered while readLoop waits.
+    finishDeltaCheckpointIfAnswered(target);
+    if (now - last_checkpoint_ >= pipeline_.checkpoint_interval && !pending_cp_ &&
+        (applied_offset_ != checkpointed_offset_ || index_.dirty() > 0) && !checkpoint_due_) {
       // readLoop checkpoints at the next unit boundary; if it is waiting for the source, wake
       // it (cancelling a read loses no bytes).
-      quiesce_requested_ = true;
+      checkpoint_due_ = true;
       if (reading_source_) source.cancel();
     }
   }
@@ -507,21 +526,96 @@ net::awaitable<Status> Pipeline::checkpointAfterMarker(const source::RedisSource
                                                        target::RedisTarget& target,
                                                        const filters::StreamFilter& filter,
                                                        target::Applier& applier) {
+  const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+  auto drain = [&]() -> net::awaitable<Status> {
+    while (!target.drained() && std::chrono::steady_clock::now() < deadline) {
+      co_await target.waitProgress(std::chrono::milliseconds(50));
+    }
+    if (!target.drained()) {
+      co_return fail(Error::io(fmt::format(
+          "pipeline {}: target did not acknowledge everything within {} s; not checkpointing",
+          pipeline_.name, kDrainTimeout.count())));
+    }
+    co_return Status{};
+  };
+  if (pending_cp_) {
+    // The periodic checkpoint still waiting for its marker's answer goes first: each
+    // checkpoint's marker is its predecessor's next_marker.
+    if (auto d = co_await drain(); !d) co_return d;
+    finishDeltaCheckpointIfAnswered(target);
+  }
   if (next_marker_.empty()) next_marker_ = newMarkerToken();
   const std::string token = next_marker_;
   applier.beginUnit(false);
   applier.appendMarker(markerKey(pipeline_.name), token);
   target.commit(applier.finishUnit(target.pending()), source.position().offset);
-  const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
-  while (!target.drained() && std::chrono::steady_clock::now() < deadline) {
-    co_await target.waitProgress(std::chrono::milliseconds(50));
-  }
-  if (!target.drained()) {
-    co_return fail(Error::io(fmt::format(
-        "pipeline {}: target did not acknowledge everything within {} s; not checkpointing",
-        pipeline_.name, kDrainTimeout.count())));
-  }
+  if (auto d = co_await drain(); !d) co_return d;
   co_return checkpointNow(source, target, filter, token);
+}
+
+bool Pipeline::needWholeImage() const {
+  return image_needed_ || !store_.hasBase() || !index_.journaling() || index_.journalLost() ||
+         store_.journalBytes() > std::max(kCompactJournalBytes, store_.baseBytes());
+}
+
+Checkpoint Pipeline::makeCheckpoint(const source::RedisSource& source,
+                                    const filters::StreamFilter& filter,
+                                    const std::string& marker) const {
+  Checkpoint cp;
+  cp.position = source.position();
+  cp.db = filter.currentDb();
+  cp.written_at_ms = clock_.nowMs();
+  cp.source_address = source_cluster_.address();
+  cp.marker = marker;
+  cp.next_marker = newMarkerToken();
+  return cp;
+}
+
+void Pipeline::beginDeltaCheckpoint(const source::RedisSource& source,
+                                    target::RedisTarget& target,
+                                    const filters::StreamFilter& filter,
+                                    target::Applier& applier) {
+  checkpoint_due_ = false;
+  last_checkpoint_ = std::chrono::steady_clock::now();
+  if (pending_cp_) return;  // the previous one still waits for the target
+  if (next_marker_.empty()) next_marker_ = newMarkerToken();
+  applier.beginUnit(false);
+  applier.appendMarker(markerKey(pipeline_.name), next_marker_);
+  target.commit(applier.finishUnit(target.pending()), source.position().offset);
+  index_.purgeTombstonesStep(source_clock_.nowMs() - kTombstonePurgeMs,
+                             kPurgeSlotsPerCheckpoint);
+  PendingCheckpoint p;
+  p.cp = makeCheckpoint(source, filter, next_marker_);
+  p.marker_seq = target.committedCommands();
+  p.ops.swap(spare_ops_);
+  index_.takeJournal(p.ops);
+  index_.clearDirty();
+  pending_cp_ = std::move(p);
+}
+
+void Pipeline::finishDeltaCheckpointIfAnswered(const target::RedisTarget& target) {
+  if (!pending_cp_ || target.answeredCommands() < pending_cp_->marker_seq) return;
+  PendingCheckpoint p = std::move(*pending_cp_);
+  pending_cp_.reset();
+  p.cp.written_at_ms = clock_.nowMs();
+  if (auto s = store_.appendDelta(p.cp, p.ops); !s) {
+    ++stats_.checkpoint_failures;
+    image_needed_ = true;  // these changes are in no file now
+    spdlog::error("pipeline {}: {}", pipeline_.name, s.error().message);
+  } else {
+    checkpointWritten(p.cp);
+  }
+  p.ops.clear();
+  spare_ops_.swap(p.ops);
+}
+
+void Pipeline::checkpointWritten(const Checkpoint& cp) {
+  ++stats_.checkpoints;
+  next_marker_ = cp.next_marker;
+  last_checkpoint_ms_ = cp.written_at_ms;
+  resume_ = cp;
+  checkpointed_offset_ = cp.position.offset;
+  applied_offset_ = std::max(applied_offset_, cp.position.offset);
 }
 
 net::awaitable<Status> Pipeline::checkTargetMarker() {
@@ -574,6 +668,7 @@ net::awaitable<Status> Pipeline::checkTargetMarker() {
                resume_->marker, resume_->next_marker);
   ++stats_.target_loss_resyncs;
   resume_.reset();
+  index_.setJournaling(false);
   index_.clearAll();
   co_return store_.remove();
 }
@@ -581,33 +676,43 @@ net::awaitable<Status> Pipeline::checkTargetMarker() {
 Status Pipeline::checkpointNow(const source::RedisSource& source,
                                const target::RedisTarget& target,
                                const filters::StreamFilter& filter, const std::string& marker) {
-  quiesce_requested_ = false;
+  checkpoint_due_ = false;
   last_checkpoint_ = std::chrono::steady_clock::now();
-  index_.purgeTombstones(source_clock_.nowMs() - kTombstonePurgeMs);
-  Checkpoint cp;
-  cp.position = source.position();
-  cp.db = filter.currentDb();
-  cp.written_at_ms = clock_.nowMs();
-  cp.source_address = source_cluster_.address();
-  cp.marker = marker;
-  cp.next_marker = newMarkerToken();
+  const bool whole = needWholeImage();
+  if (whole) {
+    index_.purgeTombstones(source_clock_.nowMs() - kTombstonePurgeMs);
+  } else {
+    index_.purgeTombstonesStep(source_clock_.nowMs() - kTombstonePurgeMs,
+                               kPurgeSlotsPerCheckpoint);
+  }
+  Checkpoint cp = makeCheckpoint(source, filter, marker);
   if (target.ackedOffset() != cp.position.offset) {
     // Cannot happen when drained; refuse rather than cover unacknowledged data.
     return fail(Error::storage(fmt::format(
         "pipeline {}: internal: checkpoint at {} but target acknowledged {}", pipeline_.name,
         cp.position.offset, target.ackedOffset())));
   }
-  if (auto s = store_.commit(cp, index_); !s) {
+  Status s;
+  if (whole) {
+    s = store_.commit(cp, index_);
+    if (s) {
+      index_.setJournaling(true);  // the image holds every change so far
+      image_needed_ = false;
+    }
+  } else {
+    index_.takeJournal(spare_ops_);
+    s = store_.appendDelta(cp, spare_ops_);
+    spare_ops_.clear();
+    if (!s) image_needed_ = true;  // these changes are in no file now
+  }
+  if (!s) {
     ++stats_.checkpoint_failures;
     spdlog::error("pipeline {}: {}", pipeline_.name, s.error().message);
     return Status{};  // keep replicating; the previous checkpoint stays valid
   }
-  ++stats_.checkpoints;
-  next_marker_ = cp.next_marker;  // (after a failed commit the same token is written again)
-  last_checkpoint_ms_ = cp.written_at_ms;
   index_.clearDirty();
-  resume_ = cp;
-  applied_offset_ = checkpointed_offset_ = cp.position.offset;
+  // (after a failed commit the same marker token is written again)
+  checkpointWritten(cp);
   return Status{};
 }
 

@@ -94,6 +94,8 @@ class Pipeline {
     return source_offset_ - std::min(source_offset_, appliedOffset());
   }
   int64_t lastCheckpointMs() const { return last_checkpoint_ms_; }
+  const filters::ExpiryIndex& expiryIndex() const { return index_; }
+  uint64_t checkpointJournalBytes() const { return store_.journalBytes(); }
   uint64_t checkpointedOffset() const { return checkpointed_offset_; }
   const SnapshotProgress& snapshotProgress() const { return progress_; }
 
@@ -106,8 +108,9 @@ class Pipeline {
                                  filters::StreamFilter& filter);
   /**
    * Writes the target-loss marker (marker.h) after everything sent so far, waits until the
-   * target has acknowledged all of it, and checkpoints. Only at a unit boundary of the stream
-   * (readLoop) or after a snapshot, so the expiry index matches the offset.
+   * target has acknowledged all of it, and checkpoints (a journal record, or a whole image when
+   * one is needed). Only at a unit boundary of the stream (readLoop) or after a snapshot, so
+   * the expiry index matches the offset. For a full sync's end, a stop, and compaction.
    */
   net::awaitable<Status> checkpointAfterMarker(const source::RedisSource& source,
                                                target::RedisTarget& target,
@@ -115,6 +118,20 @@ class Pipeline {
                                                target::Applier& applier);
   Status checkpointNow(const source::RedisSource& source, const target::RedisTarget& target,
                        const filters::StreamFilter& filter, const std::string& marker);
+  /**
+   * The periodic checkpoint, without stopping the stream: at a unit boundary, writes the marker
+   * and captures the checkpoint (offset, db, the index's changes since the last one); it is
+   * appended to the journal by finishDeltaCheckpoint once the target has answered the marker.
+   */
+  void beginDeltaCheckpoint(const source::RedisSource& source, target::RedisTarget& target,
+                            const filters::StreamFilter& filter, target::Applier& applier);
+  void finishDeltaCheckpointIfAnswered(const target::RedisTarget& target);
+  /** True when the next checkpoint must be a whole image (no base, journal lost or too big). */
+  bool needWholeImage() const;
+  Checkpoint makeCheckpoint(const source::RedisSource& source,
+                            const filters::StreamFilter& filter, const std::string& marker) const;
+  /** A checkpoint is durable: it is now what a restart resumes from. */
+  void checkpointWritten(const Checkpoint& cp);
   /** Reads the target's marker; resets resume_ (full resync) when it shows lost data. */
   net::awaitable<Status> checkTargetMarker();
   Status loadCheckpoint();
@@ -139,7 +156,15 @@ class Pipeline {
 
   PipelineState state_ = PipelineState::Starting;
   bool stopping_ = false;
-  bool quiesce_requested_ = false;
+  bool checkpoint_due_ = false;  // ackLoop asks readLoop to checkpoint at the next boundary
+  struct PendingCheckpoint {
+    Checkpoint cp;
+    uint64_t marker_seq = 0;  // durable once the target has answered this many commands
+    std::vector<filters::ExpiryIndex::Op> ops;
+  };
+  std::optional<PendingCheckpoint> pending_cp_;
+  std::vector<filters::ExpiryIndex::Op> spare_ops_;  // capacity reused between checkpoints
+  bool image_needed_ = false;  // a journal append failed: its changes are in no file
   uint64_t source_offset_ = 0;
   uint64_t applied_offset_ = 0;
   uint64_t checkpointed_offset_ = 0;

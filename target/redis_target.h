@@ -57,6 +57,9 @@ class RedisTarget {
   net::awaitable<Status> runReader();
 
   uint64_t ackedOffset() const { return acked_offset_; }
+  /** Commands committed so far this session, and how many of them the target has answered. */
+  uint64_t committedCommands() const { return sent_seq_; }
+  uint64_t answeredCommands() const { return replied_seq_; }
   uint64_t inflightCommands() const { return sent_seq_ - replied_seq_; }
   size_t pendingBytes() const { return pending_.size() + writing_.size(); }
   bool drained() const { return sent_seq_ == replied_seq_ && pending_.empty(); }

@@ -836,6 +836,16 @@ TEST_F(FoundationTest, ResumesWithPartialResyncAfterSigterm) {
     }
   }
   ASSERT_FALSE(state_files.empty()) << "no checkpoint file under state_dir " << state_dir_;
+  // The full sync's end wrote a whole image (.ckpt); the checkpoints of the stream after it,
+  // the SIGTERM's included, are journal records (.journal): the restart below needs both.
+  auto has_suffix = [&](const std::string& suffix) {
+    return std::any_of(state_files.begin(), state_files.end(), [&](const std::string& f) {
+      return f.size() > suffix.size() && f.compare(f.size() - suffix.size(), suffix.size(),
+                                                   suffix) == 0;
+    });
+  };
+  EXPECT_TRUE(has_suffix(".ckpt")) << "no whole-image checkpoint under " << state_dir_;
+  EXPECT_TRUE(has_suffix(".journal")) << "no checkpoint journal under " << state_dir_;
   std::cout << "[ state    ] " << state_files.size() << " file(s) under state_dir, e.g. "
             << state_files.front() << "\n";
 

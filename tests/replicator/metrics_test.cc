@@ -64,6 +64,8 @@ TEST(Metrics, CountersCarryTheInterfaceNamesAndLabels) {
   pm.name = pipe.name;
   pm.stats = &s;
   pm.lag_seconds = 0.25;
+  pm.expiry_index_entries = 3;
+  pm.expiry_index_bytes = 1024;
   std::string text = renderMetrics({pm});
 
   auto has = [&](const std::string& line) {
@@ -87,6 +89,9 @@ TEST(Metrics, CountersCarryTheInterfaceNamesAndLabels) {
   has("xdcr_unknown_commands_total{" + p + "} 1");
   has("xdcr_replication_lag_seconds{" + p + "} 0.25");
   has("# TYPE xdcr_replication_lag_seconds gauge");
+  has("xdcr_expiry_index_entries{" + p + "} 3");
+  has("xdcr_expiry_index_bytes{" + p + "} 1024");
+  has("xdcr_checkpoint_journal_bytes{" + p + "} 0");
   has("# TYPE xdcr_expiry_stripped_total counter");
 
   // Every line is a comment or `name{labels} value`; counters end in _total.
