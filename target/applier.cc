@@ -21,6 +21,7 @@ Applier::Applier(const MaxTtlPolicy& policy, const filters::KeyRewriter& rewrite
 void Applier::beginUnit(bool transaction) {
   transaction_ = transaction;
   unit_unsafe_ = false;
+  unit_wrapped_ = false;
   unit_.clear();
   unit_cmds_ = 0;
 }
@@ -28,9 +29,18 @@ void Applier::beginUnit(bool transaction) {
 size_t Applier::finishUnitStamped(std::string& out, std::string_view stamp_key,
                                   std::string_view stamp_value) {
   if (unit_cmds_ == 0) return 0;
-  size_t n = unit_cmds_ + 3;  // MULTI, SET, EXEC
-  resp::appendCommand(out, {"MULTI"});
-  out.append(unit_);
+  size_t n = 0;
+  if (unit_wrapped_) {
+    // A lone entry already in a MULTI/EXEC of its own (endEntry): the stamp goes inside that
+    // one (MULTI cannot nest).
+    constexpr std::string_view kExec = "*1\r\n$4\r\nEXEC\r\n";
+    out.append(unit_.data(), unit_.size() - kExec.size());
+    n = unit_cmds_ + 1;  // + SET
+  } else {
+    resp::appendCommand(out, {"MULTI"});
+    out.append(unit_);
+    n = unit_cmds_ + 3;  // MULTI, SET, EXEC
+  }
   const int db = target_db_;
   if (db != 0) {
     resp::appendCommand(out, {"SELECT", "0"});
@@ -46,6 +56,7 @@ size_t Applier::finishUnitStamped(std::string& out, std::string_view stamp_key,
   unit_.clear();
   unit_cmds_ = 0;
   unit_unsafe_ = false;
+  unit_wrapped_ = false;
   return n;
 }
 
@@ -325,6 +336,7 @@ void Applier::endEntry(bool needs_atomic) {
     unit_.append(entry_);
     resp::appendCommand(unit_, {"EXEC"});
     unit_cmds_ += entry_cmds_ + 2;
+    unit_wrapped_ = true;  // (a unit outside a transaction is this one entry)
   } else {
     unit_.append(entry_);
     unit_cmds_ += entry_cmds_;

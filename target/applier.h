@@ -112,6 +112,7 @@ class Applier {
   int target_db_ = 0;       // db selected on the target connection
   bool transaction_ = false;
   bool unit_unsafe_ = false;
+  bool unit_wrapped_ = false;  // unit_ is one entry in a MULTI/EXEC of its own (endEntry)
   std::string unit_;        // the unit's commands so far
   size_t unit_cmds_ = 0;
   std::string entry_;       // the current entry's commands

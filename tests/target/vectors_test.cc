@@ -38,8 +38,11 @@ class Chain {
     buckets.push_back(b);
   }
 
-  /** Feeds one unit; returns the target commands it produced. */
-  Cmds feed(const Cmds& unit, bool transaction = false) {
+  /**
+   * Feeds one unit; returns the target commands it produced. With `stamp`, a replay-unsafe
+   * unit is finished as the pipeline does (finishUnitStamped, stamp key "stamp").
+   */
+  Cmds feed(const Cmds& unit, bool transaction = false, bool stamp = false) {
     build();
     std::vector<std::vector<std::string_view>> views(unit.size());
     std::vector<source::Entry> entries(unit.size());
@@ -55,7 +58,9 @@ class Chain {
       applier_->apply(change);
     }
     std::string out;
-    size_t count = applier_->finishUnit(out);
+    size_t count = stamp && applier_->unitReplayUnsafe()
+                       ? applier_->finishUnitStamped(out, "stamp", "r:1")
+                       : applier_->finishUnit(out);
     Cmds cmds;
     std::vector<resp::ArgSpan> spans;
     std::string_view rest = out;
@@ -162,6 +167,40 @@ TEST(Vectors, V15_16_InPlaceWritesExtendUpToMaxTtl) {
   // M == 0: forwarded alone, the target's deadline untouched.
   Chain c0;
   EXPECT_EQ(c0.feed1({"INCR", "k"}), (Cmds{{"INCR", "k"}}));
+}
+
+// The replay stamp (exactly-once replay of non-idempotent commands) rides in the unit's own
+// MULTI/EXEC: never a nested MULTI, whatever the unit already needed.
+TEST(Vectors, ReplayStampNeverNestsMulti) {
+  Chain c;
+  c.maxTtl(0, 60, "l*");
+  // A lone unsafe entry: wrapped with the stamp.
+  EXPECT_EQ(c.feed({{"RPUSH", "x", "a"}}, false, true),
+            (Cmds{{"MULTI"}, {"RPUSH", "x", "a"}, {"SET", "stamp", "r:1"}, {"EXEC"}}));
+  // An unsafe in-place write into a maxTTL collection already needs its own MULTI (for the
+  // PEXPIREAT): the stamp joins it.
+  c.feed1({"SET", "l:1", "v", "PXAT", n(kNow + 500 * S)});
+  EXPECT_EQ(c.feed({{"APPEND", "l:1", "w"}}, false, true),
+            (Cmds{{"MULTI"},
+                  {"APPEND", "l:1", "w"},
+                  {"PEXPIREAT", "l:1", n(kNow + 60 * S)},
+                  {"SET", "stamp", "r:1"},
+                  {"EXEC"}}));
+  // A source transaction: one MULTI/EXEC around it and the stamp.
+  EXPECT_EQ(c.feed({{"MULTI"}, {"INCR", "y"}, {"EXEC"}}, true, true),
+            (Cmds{{"MULTI"}, {"INCR", "y"}, {"SET", "stamp", "r:1"}, {"EXEC"}}));
+  // In another db: the stamp is written in db 0 inside the transaction.
+  Chain d;
+  d.maxTtl(0, 60, "l*");
+  d.feed1({"SELECT", "3"});
+  EXPECT_EQ(d.feed({{"INCR", "z"}}, false, true),
+            (Cmds{{"MULTI"},
+                  {"SELECT", "3"},
+                  {"INCR", "z"},
+                  {"SELECT", "0"},
+                  {"SET", "stamp", "r:1"},
+                  {"SELECT", "3"},
+                  {"EXEC"}}));
 }
 
 TEST(Vectors, V17_ExpiredOnArrivalIsNeverWritten) {
