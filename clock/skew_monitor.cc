@@ -139,10 +139,7 @@ net::awaitable<void> SkewMonitor::checkCluster(const config::ClusterConfig& clus
   Status ready;
   if (!conn) {
     conn = std::make_unique<RedisConnection>(ex_, label);
-    ready = co_await conn->connect(cluster.host, cluster.port, options_.redis_timeout);
-    if (ready && cluster.password.present()) {
-      ready = co_await conn->auth(cluster.username, cluster.password.value, options_.redis_timeout);
-    }
+    ready = co_await conn->connect(cluster.endpoint(), options_.redis_timeout);  // TLS, AUTH
   }
   // (No co_await inside ?: — GCC 12 destroys the temporaries of such an expression twice.)
   Result<RedisTimeSample> sample = fail(Error::io("not probed"));

@@ -6,9 +6,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 
 #include <fmt/format.h>
+
+#include <tuple>
+
+#include "common/tls.h"
 
 namespace xdcr {
 namespace {
@@ -46,18 +52,66 @@ void ReadBuffer::shrinkIfIdle(size_t keep) {
   }
 }
 
+struct RedisConnection::Tls {
+  tls::ssl::context ctx;
+  tls::ssl::stream<net::ip::tcp::socket> stream;
+
+  Tls(tls::ssl::context c, net::ip::tcp::socket s)
+      : ctx(std::move(c)), stream(std::move(s), ctx) {}
+};
+
 RedisConnection::RedisConnection(net::any_io_executor ex, std::string label)
     : socket_(std::move(ex)), label_(std::move(label)) {}
 
-net::awaitable<Status> RedisConnection::connect(const std::string& host, uint16_t port,
+RedisConnection::~RedisConnection() = default;
+
+net::ip::tcp::socket& RedisConnection::tcp() {
+  return tls_ ? tls_->stream.next_layer() : socket_;
+}
+
+net::awaitable<Status> RedisConnection::connect(const RedisEndpoint& endpoint,
                                                 std::chrono::milliseconds timeout) {
+  endpoint_ = endpoint;
+  endpoint_.password.reset();  // kept for messages only
+  close();
+  tls_.reset();
+  buf_.consume(buf_.size());
+  bytes_read_ = 0;
+  if (auto s = co_await connectTcp(endpoint, timeout); !s) co_return s;
+  if (endpoint.tls) {
+    if (auto s = co_await handshake(endpoint, timeout); !s) {
+      close();
+      co_return s;
+    }
+  }
+  if (endpoint.password) {
+    if (auto s = co_await auth(endpoint, timeout); !s) {
+      close();
+      co_return s;
+    }
+  } else if (endpoint.tls) {
+    // TLS 1.3: a server that refuses our (missing) client certificate says so only after the
+    // client's side of the handshake is complete, at the first read. Find out now.
+    std::vector<std::string_view> ping{"PING"};
+    auto r = co_await call(std::move(ping), timeout);
+    if (!r) {
+      close();
+      co_return fail(r.error());
+    }
+  }
+  co_return Status{};
+}
+
+net::awaitable<Status> RedisConnection::connectTcp(const RedisEndpoint& endpoint,
+                                                   std::chrono::milliseconds timeout) {
   auto ex = co_await net::this_coro::executor;
   net::ip::tcp::resolver resolver(ex);
-  auto [rec, results] =
-      co_await resolver.async_resolve(host, std::to_string(port), use_nothrow);
+  auto [rec, results] = co_await resolver.async_resolve(endpoint.host,
+                                                        std::to_string(endpoint.port),
+                                                        use_nothrow);
   if (rec) {
-    co_return fail(Error::io(fmt::format("{}: cannot resolve host \"{}\": {}", label_, host,
-                                         rec.message())));
+    co_return fail(Error::io(fmt::format("{}: cannot resolve host \"{}\": {}", label_,
+                                         endpoint.host, rec.message())));
   }
   net::steady_timer timer(ex, timeout);
   auto r = co_await (net::async_connect(socket_, results, use_nothrow) ||
@@ -80,14 +134,67 @@ net::awaitable<Status> RedisConnection::connect(const std::string& host, uint16_
   co_return Status{};
 }
 
+net::awaitable<Status> RedisConnection::handshake(const RedisEndpoint& endpoint,
+                                                  std::chrono::milliseconds timeout) {
+  auto ctx = tls::makeClientContext(endpoint, label_);
+  if (!ctx) co_return fail(ctx.error());
+  tls_ = std::make_unique<Tls>(std::move(*ctx), std::move(socket_));
+  if (auto s = tls::prepareSession(tls_->stream.native_handle(), endpoint, label_); !s) {
+    co_return s;
+  }
+  net::steady_timer timer(co_await net::this_coro::executor, timeout);
+  auto r = co_await (tls_->stream.async_handshake(tls::ssl::stream_base::client, use_nothrow) ||
+                     timer.async_wait(use_nothrow));
+  if (r.index() == 1) {
+    co_return fail(Error::io(fmt::format(
+        "{}: TLS handshake timed out after {} ms (nothing was sent); is {} a TLS port? If the "
+        "server does not use TLS there, remove tls: from cluster {} (or point address at the "
+        "server's tls-port)",
+        label_, timeout.count(), endpoint.address(), endpoint.cluster)));
+  }
+  auto [ec] = std::get<0>(r);
+  if (ec) {
+    co_return fail(tls::describeHandshakeFailure(tls_->stream.native_handle(), ec, endpoint,
+                                                 label_));
+  }
+  co_return Status{};
+}
+
+std::string RedisConnection::describeIoError(const boost::system::error_code& ec,
+                                             bool reading) const {
+  const std::string tls_why =
+      tls_ ? tls::explainSessionError(ec, endpoint_, tls_->stream.native_handle(),
+                                      bytes_read_ == 0)
+           : std::string();
+  if (!tls_why.empty()) {
+    return fmt::format("{}: TLS session refused: {}", label_, tls_why);
+  }
+  const bool closed = ec == net::error::eof || ec == net::ssl::error::stream_truncated ||
+                      ec == net::error::connection_reset;
+  std::string what = closed ? std::string("closed by peer") : ec.message();
+  if (!tls_ && bytes_read_ == 0 && (closed || ec == net::error::broken_pipe)) {
+    // A TLS-only port drops a plain client at its first bytes, before any answer.
+    return fmt::format("{}: connection {}: {} before any answer; if the server expects TLS on "
+                       "this port, add a tls: section to cluster {}",
+                       label_, reading ? "lost" : "write failed", what, endpoint_.cluster);
+  }
+  if (reading) return fmt::format("{}: connection lost: {}", label_, what);
+  return fmt::format("{}: write failed: {}", label_, what);
+}
+
 net::awaitable<Result<size_t>> RedisConnection::readSome() {
   size_t free = 0;
   char* p = buf_.prepare(kMinReadSpace, free);
-  auto [ec, n] = co_await socket_.async_read_some(net::buffer(p, free), use_nothrow);
+  boost::system::error_code ec;
+  size_t n = 0;
+  if (tls_) {
+    std::tie(ec, n) = co_await tls_->stream.async_read_some(net::buffer(p, free), use_nothrow);
+  } else {
+    std::tie(ec, n) = co_await socket_.async_read_some(net::buffer(p, free), use_nothrow);
+  }
   if (ec) {
     if (ec == net::error::operation_aborted) co_return fail(Error::cancelled());
-    co_return fail(Error::io(fmt::format("{}: connection lost: {}", label_,
-                                         ec == net::error::eof ? "closed by peer" : ec.message())));
+    co_return fail(Error::io(describeIoError(ec, true)));
   }
   buf_.commit(n);
   bytes_read_ += n;
@@ -105,10 +212,16 @@ net::awaitable<Result<size_t>> RedisConnection::readSomeWithTimeout(
 }
 
 net::awaitable<Status> RedisConnection::writeAll(std::string_view data) {
-  auto [ec, n] = co_await net::async_write(socket_, net::buffer(data), use_nothrow);
+  boost::system::error_code ec;
+  size_t n = 0;
+  if (tls_) {
+    std::tie(ec, n) = co_await net::async_write(tls_->stream, net::buffer(data), use_nothrow);
+  } else {
+    std::tie(ec, n) = co_await net::async_write(socket_, net::buffer(data), use_nothrow);
+  }
   if (ec) {
     if (ec == net::error::operation_aborted) co_return fail(Error::cancelled());
-    co_return fail(Error::io(fmt::format("{}: write failed: {}", label_, ec.message())));
+    co_return fail(Error::io(describeIoError(ec, false)));
   }
   co_return Status{};
 }
@@ -203,33 +316,47 @@ net::awaitable<Result<std::vector<std::string>>> RedisConnection::scanPage(
   co_return keys;
 }
 
-net::awaitable<Status> RedisConnection::auth(const std::string& username,
-                                             const std::string& password,
+net::awaitable<Status> RedisConnection::auth(const RedisEndpoint& endpoint,
                                              std::chrono::milliseconds timeout) {
+  const std::string& password = *endpoint.password;
   std::vector<std::string_view> args;
   args.push_back("AUTH");
-  if (!username.empty()) args.push_back(username);
+  if (!endpoint.username.empty()) args.push_back(endpoint.username);
   args.push_back(password);
   auto r = co_await call(std::move(args), timeout);
   if (!r) co_return fail(r.error());
   if (r->has_error) {
-    // The reply text never contains the password; Redis says WRONGPASS or NOAUTH.
+    // Redis says WRONGPASS or NOAUTH and never repeats the password; a server that echoes its
+    // arguments (an old Redis, a proxy) still must not put it in our message.
+    std::string reply = r->text;
+    if (!password.empty()) {
+      constexpr std::string_view kMask = "<redacted>";
+      for (size_t at = reply.find(password); at != std::string::npos;
+           at = reply.find(password, at + kMask.size())) {
+        reply.replace(at, password.size(), kMask);
+      }
+    }
     co_return fail(Error::auth(fmt::format(
-        "{}: authentication{} failed: {}; check the cluster's username and password", label_,
-        username.empty() ? "" : fmt::format(" as user \"{}\"", username), r->text)));
+        "{}: authentication to cluster {} {} failed: {}; check the cluster's username and "
+        "password (the ACL user must exist, be on, and have this password)",
+        label_, endpoint.cluster,
+        endpoint.username.empty() ? std::string("as the default user")
+                                  : fmt::format("as user \"{}\"", endpoint.username),
+        reply)));
   }
   co_return Status{};
 }
 
 void RedisConnection::close() {
   boost::system::error_code ignored;
-  socket_.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  auto& s = tcp();
+  s.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+  s.close(ignored);
 }
 
 void RedisConnection::cancel() {
   boost::system::error_code ignored;
-  socket_.cancel(ignored);
+  tcp().cancel(ignored);
 }
 
 }  // namespace xdcr

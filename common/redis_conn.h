@@ -1,7 +1,8 @@
 #pragma once
-// One connection to a Redis server: TCP connect with a timeout, AUTH, one-at-a-time calls for
-// handshakes, and a growable read buffer for the streaming fast paths of source and target.
-// (TLS will be a second transport behind the same interface.)
+// One connection to a Redis server: `connect(endpoint)` = TCP connect, TLS handshake (when the
+// endpoint has `tls`), AUTH (when it has a password); one-at-a-time calls for handshakes, and a
+// growable read buffer for the streaming fast paths of source and target. The transport is plain
+// TCP or TLS over it (common/tls.h); both read into the same buffer, without allocating.
 //
 // Not thread-safe: used from one coroutine strand. At most one read and one write in flight.
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/redis_endpoint.h"
 #include "common/resp.h"
 #include "common/resp_value.h"
 
@@ -50,12 +52,19 @@ class RedisConnection {
  public:
   /** `label` names the peer in every error message, e.g. "source east (127.0.0.1:7001)". */
   RedisConnection(net::any_io_executor ex, std::string label);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
 
-  net::awaitable<Status> connect(const std::string& host, uint16_t port,
+  /**
+   * TCP connect, then with `endpoint.tls` the TLS handshake (certificate and name checked before
+   * anything is sent), then `AUTH [username] password` when the endpoint has a password (a TLS
+   * session without one is confirmed with a PING, so a server that refuses our client
+   * certificate after a TLS 1.3 handshake is reported here). `timeout` bounds each step. Every
+   * error names the connection (its label), what failed and what to change; never the password.
+   */
+  net::awaitable<Status> connect(const RedisEndpoint& endpoint,
                                  std::chrono::milliseconds timeout);
-  /** AUTH [username] password; a clear error on a wrong password or a missing ACL user. */
-  net::awaitable<Status> auth(const std::string& username, const std::string& password,
-                              std::chrono::milliseconds timeout);
   /** Sends one command and waits for its reply. For handshakes, not for the fast path. */
   net::awaitable<Result<resp::ReplyInfo>> call(std::vector<std::string_view> args,
                                                std::chrono::milliseconds timeout,
@@ -87,11 +96,26 @@ class RedisConnection {
   /** Cancels pending operations without closing. */
   void cancel();
   uint64_t bytesRead() const { return bytes_read_; }
+  /** True when the connection runs over TLS. */
+  bool tls() const { return tls_ != nullptr; }
 
  private:
-  net::awaitable<Result<size_t>> readSomeWithTimeout(std::chrono::milliseconds timeout);
+  struct Tls;  // the SSL context and stream (redis_conn.cc), only when TLS is on
 
-  net::ip::tcp::socket socket_;
+  net::awaitable<Status> connectTcp(const RedisEndpoint& endpoint,
+                                    std::chrono::milliseconds timeout);
+  net::awaitable<Status> handshake(const RedisEndpoint& endpoint,
+                                   std::chrono::milliseconds timeout);
+  /** AUTH [username] password; a clear error on a wrong password or a missing ACL user. */
+  net::awaitable<Status> auth(const RedisEndpoint& endpoint, std::chrono::milliseconds timeout);
+  net::awaitable<Result<size_t>> readSomeWithTimeout(std::chrono::milliseconds timeout);
+  /** The message of a failed read or write, with a TLS explanation or a "not TLS?" hint. */
+  std::string describeIoError(const boost::system::error_code& ec, bool reading) const;
+  net::ip::tcp::socket& tcp();
+
+  net::ip::tcp::socket socket_;  // plain TCP; moved into tls_ once TLS starts
+  std::unique_ptr<Tls> tls_;
+  RedisEndpoint endpoint_;  // for messages (password cleared after AUTH)
   std::string label_;
   ReadBuffer buf_;
   uint64_t bytes_read_ = 0;

@@ -246,7 +246,8 @@ LoadResult loadFromText(const std::string& text, const std::string& name,
 
     internal::ParsedConfig parsed;
     parsed.config.path = name;
-    internal::ParseContext ctx{base_dir, options.resolve_environment};
+    internal::ParseContext ctx{base_dir, options.resolve_environment,
+                                options.resolve_environment && options.check_files};
     YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
     // Only the first document is read; a second one with content would be silently ignored,
     // which is worse than an error. An empty trailing "---" is harmless.
@@ -279,6 +280,32 @@ LoadResult loadFromText(const std::string& text, const std::string& name,
 }
 
 }  // namespace
+
+std::vector<std::string> securityWarnings(const Config& config) {
+  std::vector<std::string> out;
+  for (const auto& [name, cluster] : config.clusters) {
+    if (cluster.tls && !cluster.tls->verify) {
+      out.push_back("cluster " + name + " (" + cluster.address() +
+                    "): tls.verify is false: the server's certificate and name are NOT checked, "
+                    "so anyone on the network path can impersonate it and read the password and "
+                    "the data; remove verify: false (and set tls.ca_file) outside tests");
+    }
+  }
+  return out;
+}
+
+RedisEndpoint ClusterConfig::endpoint() const {
+  RedisEndpoint e;
+  e.cluster = name;
+  e.host = host;
+  e.port = port;
+  e.username = username;
+  if (password.present()) e.password = password.value;
+  if (tls) {
+    e.tls = TlsOptions{tls->ca_file, tls->cert_file, tls->key_file, tls->server_name, tls->verify};
+  }
+  return e;
+}
 
 std::string Secret::describe() const {
   switch (kind) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/redis_endpoint.h"  // plain data, header only
+
 namespace xdcr::config {
 
 /** A position in the YAML file; 1-based line and column, 0 when unknown. */
@@ -55,6 +57,11 @@ struct Secret {
 
 struct AgentConfig {
   std::optional<std::string> admin_listen;  // host:port; nullopt = admin server disabled
+  /**
+   * agent.admin_token: when present, the admin server's POST endpoints require
+   * `Authorization: Bearer <token>` (GETs stay open).
+   */
+  Secret admin_token;
   std::string state_dir = "./xdcr-state";  // relative paths are relative to the config file's dir
   LogLevel log_level = LogLevel::Info;
   LogFormat log_format = LogFormat::Text;
@@ -105,6 +112,8 @@ struct ClusterConfig {
   Mark mark;
 
   std::string address() const { return host + ":" + std::to_string(port); }
+  /** How to connect: address, username, the resolved password (when set), TLS options. */
+  RedisEndpoint endpoint() const;
 };
 
 struct FilterConfig {
@@ -175,6 +184,13 @@ struct Diagnostic {
 struct LoadOptions {
   /** false = do not read environment variables or secret files (`validate --no-environment`). */
   bool resolve_environment = true;
+  /**
+   * true = the TLS files (ca_file, cert_file, key_file) must be readable now, else an error at
+   * their position. The command line sets it (run, validate, verify, clock, reload); off by
+   * default so that a library user can load a file whose certificates live elsewhere. Implies
+   * nothing when resolve_environment is false.
+   */
+  bool check_files = false;
 };
 
 struct LoadResult {
@@ -193,6 +209,12 @@ LoadResult loadConfigString(const std::string& yaml, const std::string& name,
 
 /** Parses a duration: an integer number of seconds or `<n>ms|s|m|h|d`. nullopt if invalid. */
 std::optional<Duration> parseDuration(const std::string& text);
+
+/**
+ * What is insecure on purpose in this config, one sentence each, for a warning at start (and at
+ * reload): clusters with `tls.verify: false`. Never contains a secret.
+ */
+std::vector<std::string> securityWarnings(const Config& config);
 
 /** The config as YAML-like JSON text with every secret replaced by its `describe()`. */
 std::string redactedJson(const Config& config);

@@ -84,6 +84,7 @@ struct ParseContext {
   /** Relative paths in the file (state_dir, TLS files, secret files) are resolved against it. */
   std::filesystem::path base_dir;
   bool resolve_environment = true;
+  bool check_files = false;  // LoadOptions::check_files
 };
 
 /** Structural pass: types, ranges, unknown keys, per-section rules. Fills `out`. */

@@ -508,6 +508,11 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
         diags.error(env->value_mark, "environment variable " + quote(*name) +
                                          " is not set; export it before starting the agent (or "
                                          "check the file with validate --no-environment)");
+      } else if (*value == '\0') {
+        diags.error(env->value_mark, "environment variable " + quote(*name) +
+                                         " is empty; export the " + entry.key +
+                                         " in it (an empty " + entry.key +
+                                         " is never valid), or remove the key");
       } else {
         secret.value = value;
       }
@@ -539,6 +544,11 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
           contents->pop_back();
         }
       }
+      if (contents->empty()) {
+        diags.error(file->value_mark, entry.key + " file " + quote(*path) +
+                                          " is empty; write the " + entry.key +
+                                          " into it, or remove the key");
+      }
       secret.value = std::move(*contents);
     }
   }
@@ -547,12 +557,13 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
 
 // ---- Sections -----------------------------------------------------------------------------
 
-void parseAgent(const Entry& section, AgentConfig& agent, Diagnostics& diags) {
+void parseAgent(const Entry& section, const ParseContext& ctx, AgentConfig& agent,
+                Diagnostics& diags) {
   if (!expectMap(section.value, section.value_mark, "agent", diags)) {
     return;
   }
   MapReader reader(section.value, "in agent",
-                   {"admin_listen", "state_dir", "log_level", "log_format"}, diags);
+                   {"admin_listen", "admin_token", "state_dir", "log_level", "log_format"}, diags);
   if (const Entry* e = reader.get("admin_listen")) {
     if (auto text = readString(*e, diags)) {
       std::string why;
@@ -562,6 +573,13 @@ void parseAgent(const Entry& section, AgentConfig& agent, Diagnostics& diags) {
         diags.error(e->value_mark, "invalid admin_listen " + quote(*text) + ": " + why +
                                        "; use host:port, e.g. 127.0.0.1:9464");
       }
+    }
+  }
+  if (const Entry* e = reader.get("admin_token")) {
+    agent.admin_token = readSecret(*e, ctx, diags);
+    if (agent.admin_token.present() && !agent.admin_listen) {
+      diags.warning(e->value_mark,
+                    "admin_token has no effect without admin_listen (no admin server runs)");
     }
   }
   if (const Entry* e = reader.get("state_dir")) {
@@ -651,11 +669,23 @@ std::optional<TlsConfig> parseTls(const Entry& section, const ParseContext& ctx,
   TlsConfig tls;
   MapReader reader(section.value, "in tls",
                    {"ca_file", "cert_file", "key_file", "server_name", "verify"}, diags);
+  // A file that cannot be read now will not be readable at the first connection either: say so
+  // at load time (with LoadOptions::check_files, as the command line loads; not with validate
+  // --no-environment: files may be mounted only where the agent runs).
   auto readPath = [&](const char* key, std::string& out) -> const Entry* {
     const Entry* e = reader.get(key);
     if (e != nullptr) {
-      if (auto text = readString(*e, diags)) {
+      if (auto text = readNonEmpty(*e, std::string("give a PEM file, or remove ") + key, diags)) {
         out = resolvePath(ctx, *text);
+        std::string why;
+        if (ctx.check_files && !readWholeFile(out, why)) {
+          std::string shown = quote(*text);
+          if (out != *text) {
+            shown += " (" + out + ")";
+          }
+          diags.error(e->value_mark, std::string("cannot read tls.") + key + " " + shown + ": " +
+                                         why + "; create it or fix the path");
+        }
       }
     }
     return e;
@@ -664,7 +694,9 @@ std::optional<TlsConfig> parseTls(const Entry& section, const ParseContext& ctx,
   const Entry* cert = readPath("cert_file", tls.cert_file);
   const Entry* key = readPath("key_file", tls.key_file);
   if (const Entry* e = reader.get("server_name")) {
-    if (auto text = readString(*e, diags)) {
+    if (auto text = readNonEmpty(*e, "give the name in the server's certificate, or remove "
+                                     "server_name to check the address's host",
+                                 diags)) {
       tls.server_name = *text;
     }
   }
@@ -673,13 +705,13 @@ std::optional<TlsConfig> parseTls(const Entry& section, const ParseContext& ctx,
       tls.verify = *value;
     }
   }
-  // Existence of the files is a runtime matter (they may be mounted later); a half-configured
-  // client certificate is a mistake in the file itself.
-  if (!tls.cert_file.empty() && tls.key_file.empty()) {
+  // A half-configured client certificate is a mistake in the file itself. (An entry that is
+  // present but invalid was reported above.)
+  if (!tls.cert_file.empty() && key == nullptr) {
     diags.error(cert->value_mark,
                 "cert_file is set but key_file is not; a client certificate needs both: add "
                 "key_file or remove cert_file");
-  } else if (tls.cert_file.empty() && !tls.key_file.empty()) {
+  } else if (!tls.key_file.empty() && cert == nullptr) {
     diags.error(key->value_mark,
                 "key_file is set but cert_file is not; a client certificate needs both: add "
                 "cert_file or remove key_file");
@@ -870,6 +902,12 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
   }
   if (const Entry* e = reader.get("tls")) {
     cluster.tls = parseTls(*e, ctx, diags);
+  }
+  if (!cluster.username.empty() && !cluster.password.present()) {
+    if (const Entry* e = reader.find("username")) {
+      diags.warning(e->value_mark, "username has no effect without password (AUTH needs both); "
+                                   "add password or remove username");
+    }
   }
   if (const Entry* e = reader.get("buckets")) {
     parseBuckets(*e, cluster.name, cluster.buckets, diags);
@@ -1108,7 +1146,7 @@ void parseRoot(const YAML::Node& root, const ParseContext& ctx, ParsedConfig& ou
   out.root_is_map = true;
   MapReader reader(root, "at top level", {"agent", "clock", "clusters", "pipelines"}, diags);
   if (const Entry* e = reader.get("agent")) {
-    parseAgent(*e, out.config.agent, diags);
+    parseAgent(*e, ctx, out.config.agent, diags);
   }
   // The default state_dir is relative too, so resolve after parsing, whatever its origin.
   out.config.agent.state_dir = resolvePath(ctx, out.config.agent.state_dir);

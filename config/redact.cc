@@ -121,6 +121,9 @@ std::string redactedJson(const Config& config) {
       {"state_dir", config.agent.state_dir},
       {"log_level", toString(config.agent.log_level)},
       {"log_format", toString(config.agent.log_format)}};
+  if (config.agent.admin_token.present()) {
+    json["agent"]["admin_token"] = config.agent.admin_token.describe();
+  }
   json["clock"] = {{"ntp_servers", config.clock.ntp_servers},
                    {"nts", config.clock.nts},
                    {"nts_ca_file", config.clock.nts_ca_file},

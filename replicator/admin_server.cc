@@ -9,7 +9,12 @@
 #include <boost/beast/http.hpp>
 
 #include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
+
+#include <array>
+#include <cctype>
 
 namespace xdcr::replicator {
 namespace {
@@ -20,7 +25,33 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
 
+using Digest = std::array<unsigned char, 32>;
+
+Digest sha256(std::string_view data) {
+  Digest out{};
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
+  return out;
+}
+
 }  // namespace
+
+bool bearerTokenMatches(std::string_view authorization, std::string_view token) {
+  if (token.empty()) return false;
+  constexpr std::string_view kScheme = "bearer ";
+  if (authorization.size() < kScheme.size()) return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
+  }
+  std::string_view presented = authorization.substr(kScheme.size());
+  while (!presented.empty() && presented.front() == ' ') presented.remove_prefix(1);
+  while (!presented.empty() && presented.back() == ' ') presented.remove_suffix(1);
+  // Hashing first makes the comparison independent of where the strings differ and of their
+  // lengths; CRYPTO_memcmp does not stop at the first difference.
+  const Digest a = sha256(presented);
+  const Digest b = sha256(token);
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
   Impl(net::any_io_executor ex, AdminHandler h) : acceptor(ex), handler(std::move(h)) {}
@@ -54,16 +85,20 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
       ar.method = std::string(req.method_string());
       std::string_view target = req.target();
       ar.path = std::string(target.substr(0, target.find('?')));
+      if (auto it = req.find(http::field::authorization); it != req.end()) {
+        ar.authorization = std::string(it->value());
+      }
       AdminReply reply;
       try {
         reply = handler(ar);
       } catch (const std::exception& e) {
-        reply = AdminReply{500, "text/plain; charset=utf-8", std::string("error: ") + e.what()};
+        reply = AdminReply{500, "text/plain; charset=utf-8", std::string("error: ") + e.what(), {}};
       }
       http::response<http::string_body> res{static_cast<http::status>(reply.status),
                                             req.version()};
       res.set(http::field::server, "xdcr-agent");
       res.set(http::field::content_type, reply.content_type);
+      for (const auto& [name, value] : reply.headers) res.set(name, value);
       res.keep_alive(req.keep_alive());
       res.body() = std::move(reply.body);
       res.prepare_payload();
@@ -127,7 +162,8 @@ void AdminServer::stop() {
 Result<std::pair<int, std::string>> adminRequest(const std::string& address,
                                                  const std::string& method,
                                                  const std::string& path,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout,
+                                                 const std::string& bearer_token) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos) {
     return fail(Error::io(fmt::format("--admin \"{}\": use host:port", address)));
@@ -148,6 +184,7 @@ Result<std::pair<int, std::string>> adminRequest(const std::string& address,
   }
   http::request<http::empty_body> req{http::string_to_verb(method), path, 11};
   req.set(http::field::host, address);
+  if (!bearer_token.empty()) req.set(http::field::authorization, "Bearer " + bearer_token);
   http::write(stream, req, ec);
   beast::flat_buffer buffer;
   http::response<http::string_body> res;

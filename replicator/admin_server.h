@@ -2,7 +2,8 @@
 // The admin HTTP server (interface.md §3), on Boost.Beast, on the agent's io_context. It only
 // parses HTTP and routes: what each path answers is the agent's `Handler`. Binds where
 // agent.admin_listen says (the examples use 127.0.0.1). Requests are small and bounded
-// (64 KiB), connections time out after 30 s of silence.
+// (64 KiB), connections time out after 30 s of silence. With agent.admin_token the handler
+// refuses POSTs without `Authorization: Bearer <token>` (bearerTokenMatches()); GETs stay open.
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -10,6 +11,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 
@@ -18,13 +22,22 @@ namespace xdcr::replicator {
 struct AdminRequest {
   std::string method;  // GET, POST, ...
   std::string path;    // without the query string
+  std::string authorization;  // the Authorization header ("" when absent); never log it
 };
 
 struct AdminReply {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra response headers
 };
+
+/**
+ * True when `authorization` is `Bearer <token>` with exactly `token` (the scheme is
+ * case-insensitive). Constant time in the token's content and length: both sides are hashed
+ * (SHA-256) and the digests compared with CRYPTO_memcmp. An empty `token` matches nothing.
+ */
+bool bearerTokenMatches(std::string_view authorization, std::string_view token);
 
 using AdminHandler = std::function<AdminReply(const AdminRequest&)>;
 
@@ -46,10 +59,12 @@ class AdminServer {
 };
 
 /** A blocking HTTP request to a running agent's admin server: {status, body}. */
+/** `bearer_token`, when not empty, is sent as `Authorization: Bearer <token>`. */
 Result<std::pair<int, std::string>> adminRequest(const std::string& address,
                                                  const std::string& method,
                                                  const std::string& path,
-                                                 std::chrono::milliseconds timeout);
+                                                 std::chrono::milliseconds timeout,
+                                                 const std::string& bearer_token = "");
 inline Result<std::pair<int, std::string>> adminGet(const std::string& address,
                                                     const std::string& path,
                                                     std::chrono::milliseconds timeout) {

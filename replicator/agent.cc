@@ -14,6 +14,7 @@
 
 #include "clock/clock.h"
 #include "clock/skew_monitor.h"
+#include "common/logging.h"
 #include "common/version.h"
 #include "replicator/admin_server.h"
 #include "replicator/clock_report.h"
@@ -62,11 +63,30 @@ nlohmann::json statusJson(const Pipelines& pipelines, bool draining,
 AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const config::Config& cfg,
                  bool draining, const clock::ClockReport* clock_report) {
   auto text = [](int status, std::string body) {
-    return AdminReply{status, "text/plain; charset=utf-8", std::move(body)};
+    return AdminReply{status, "text/plain; charset=utf-8", std::move(body), {}};
   };
   auto json = [](int status, const nlohmann::json& j) {
-    return AdminReply{status, "application/json", j.dump(2) + "\n"};
+    return AdminReply{status, "application/json", j.dump(2) + "\n", {}};
   };
+  // agent.admin_token guards what changes the agent (POST); reading (GET) stays open.
+  if (req.method != "GET" && req.method != "HEAD" && cfg.agent.admin_token.present() &&
+      !bearerTokenMatches(req.authorization, cfg.agent.admin_token.value)) {
+    static LogRateLimiter limiter;
+    uint64_t suppressed = 0;
+    if (limiter.allow(suppressed)) {
+      spdlog::warn("admin server: {} {} refused: {} bearer token{}", req.method, req.path,
+                   req.authorization.empty() ? "no" : "wrong",
+                   suppressed ? fmt::format(" ({} more refusals not logged)", suppressed) : "");
+    }
+    AdminReply r = text(401, req.authorization.empty()
+                                 ? "unauthorized: this agent requires the header `Authorization: "
+                                   "Bearer <agent.admin_token>` for POST requests (GET endpoints "
+                                   "are open)\n"
+                                 : "unauthorized: wrong bearer token; send `Authorization: Bearer "
+                                   "<agent.admin_token>`\n");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"xdcr-agent\"");
+    return r;
+  }
   if (req.method == "GET") {
     if (req.path == "/healthz") return text(200, "ok\n");
     if (req.path == "/readyz") {
@@ -101,10 +121,10 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
         pm.push_back(std::move(m));
       }
       return AdminReply{200, "text/plain; version=0.0.4; charset=utf-8",
-                        renderMetrics(pm, clock_report)};
+                        renderMetrics(pm, clock_report), {}};
     }
     if (req.path == "/config") {
-      return AdminReply{200, "application/json", config::redactedJson(cfg) + "\n"};
+      return AdminReply{200, "application/json", config::redactedJson(cfg) + "\n", {}};
     }
   }
   // POST /pipelines/NAME/pause|resume
@@ -246,6 +266,7 @@ int runAgent(config::ConfigConstSharedPtr config) {
   net::co_spawn(ioc, monitor.run(), net::detached);
   spdlog::info("xdcr-agent {} ({}) starting {} pipeline(s) from {}", version(), gitRevision(),
                config->pipelines.size(), config->path);
+  for (const auto& w : config::securityWarnings(*config)) spdlog::warn("{}", w);
   for (const auto& p : config->pipelines) set.start(config, p);
 
   bool stopping = false;
@@ -263,7 +284,9 @@ int runAgent(config::ConfigConstSharedPtr config) {
   }
 
   auto reload = [&] {
-    config::LoadResult r = config::loadConfigFile(current->path);
+    config::LoadOptions options;
+    options.check_files = true;  // TLS files must be readable, as at start
+    config::LoadResult r = config::loadConfigFile(current->path, options);
     for (const auto& d : r.diagnostics) {
       if (d.severity == config::Diagnostic::Severity::Error) {
         spdlog::error("reload: {}", d.format());
@@ -279,6 +302,7 @@ int runAgent(config::ConfigConstSharedPtr config) {
         r.config->agent.log_format != current->agent.log_format) {
       spdlog::warn("reload: admin_listen and log_format take effect at the next start");
     }
+    for (const auto& w : config::securityWarnings(*r.config)) spdlog::warn("reload: {}", w);
     static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
     spdlog::set_level(spdlog::level::from_str(kLevels[int(r.config->agent.log_level)]));
     set.apply(r.config);

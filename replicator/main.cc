@@ -36,6 +36,7 @@ const char* levelName(xdcr::config::LogLevel l) {
 xdcr::config::ConfigConstSharedPtr load(const std::string& path, bool resolve_env) {
   xdcr::config::LoadOptions opts;
   opts.resolve_environment = resolve_env;
+  opts.check_files = true;  // TLS files must be readable (unless --no-environment)
   auto result = xdcr::config::loadConfigFile(path, opts);
   for (const auto& d : result.diagnostics) std::cerr << d.format() << "\n";
   return result.config;
@@ -175,10 +176,12 @@ int main(int argc, char** argv) {
     }
     verify_opts.ttl_tolerance = *tol;
     verify_opts.json = verify_output == "json";
+    for (const auto& w : xdcr::config::securityWarnings(*cfg)) spdlog::warn("{}", w);
     return xdcr::replicator::runVerify(cfg, verify_opts);
   }
   if (app.got_subcommand("clock")) {
     xdcr::setupLogging(log_level.empty() ? "warn" : log_level, xdcr::LogFormat::Text);
+    for (const auto& w : xdcr::config::securityWarnings(*cfg)) spdlog::warn("{}", w);
     return xdcr::replicator::runClockCommand(cfg, clock_output == "json");
   }
   xdcr::setupLogging(log_level.empty() ? levelName(cfg->agent.log_level) : log_level,

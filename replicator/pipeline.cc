@@ -625,10 +625,7 @@ net::awaitable<Status> Pipeline::checkTargetMarker() {
                                         pipeline_.name, target_cluster_.name,
                                         target_cluster_.address()));
   constexpr auto kTimeout = std::chrono::seconds(10);
-  Status s = co_await conn.connect(target_cluster_.host, target_cluster_.port, kTimeout);
-  if (s && target_cluster_.password.present()) {
-    s = co_await conn.auth(target_cluster_.username, target_cluster_.password.value, kTimeout);
-  }
+  Status s = co_await conn.connect(target_cluster_.endpoint(), kTimeout);  // TCP, TLS, AUTH
   if (!s) co_return s;
   const std::vector<std::vector<std::string>> get = {{"GET", markerKey(pipeline_.name)},
                                                       {"GET", stamp_key_}};

@@ -47,10 +47,7 @@ net::awaitable<Result<uint64_t>> deleteStaleKeys(const config::PipelineConfig& p
   RedisConnection conn(co_await net::this_coro::executor,
                        fmt::format("pipeline {}: target {} ({}) stale-key scan", pipeline.name,
                                    target_cluster.name, target_cluster.address()));
-  Status s = co_await conn.connect(target_cluster.host, target_cluster.port, kTimeout);
-  if (s && target_cluster.password.present()) {
-    s = co_await conn.auth(target_cluster.username, target_cluster.password.value, kTimeout);
-  }
+  Status s = co_await conn.connect(target_cluster.endpoint(), kTimeout);  // TCP, TLS, AUTH
   if (!s) co_return fail(s.error());
 
   const filters::KeyRewriter rewriter(pipeline.key_rewrite);

@@ -161,11 +161,8 @@ class Verifier {
 };
 
 net::awaitable<Status> Verifier::connect(RedisConnection& c, const config::ClusterConfig& cc) {
-  if (auto s = co_await c.connect(cc.host, cc.port, kTimeout); !s) co_return s;
-  if (cc.password.present()) {
-    if (auto s = co_await c.auth(cc.username, cc.password.value, kTimeout); !s) co_return s;
-  }
-  co_return Status{};
+  Status s = co_await c.connect(cc.endpoint(), kTimeout);  // TCP, TLS, AUTH
+  co_return s;
 }
 
 net::awaitable<Status> Verifier::select(RedisConnection& c, int db, int& current) {

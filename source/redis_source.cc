@@ -28,14 +28,9 @@ RedisSource::RedisSource(net::any_io_executor ex, const config::ClusterConfig& c
 
 net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, SnapshotSink& sink) {
   const std::string& label = conn_.label();
-  if (auto r = co_await conn_.connect(cluster_.host, cluster_.port, kHandshakeTimeout); !r) {
+  // TCP, TLS (certificate checked before anything is sent), AUTH.
+  if (auto r = co_await conn_.connect(cluster_.endpoint(), kHandshakeTimeout); !r) {
     co_return fail(r.error());
-  }
-  if (cluster_.password.present()) {
-    if (auto r = co_await conn_.auth(cluster_.username, cluster_.password.value, kHandshakeTimeout);
-        !r) {
-      co_return fail(r.error());
-    }
   }
   std::vector<std::vector<std::string_view>> handshake;
   handshake.push_back({"PING"});

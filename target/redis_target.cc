@@ -30,14 +30,9 @@ RedisTarget::RedisTarget(net::any_io_executor ex, const config::ClusterConfig& c
       progress_(ex) {}
 
 net::awaitable<Status> RedisTarget::connect() {
-  if (auto r = co_await conn_.connect(cluster_.host, cluster_.port, kConnectTimeout); !r) {
+  // TCP, TLS (certificate checked before anything is sent), AUTH.
+  if (auto r = co_await conn_.connect(cluster_.endpoint(), kConnectTimeout); !r) {
     co_return r;
-  }
-  if (cluster_.password.present()) {
-    if (auto r = co_await conn_.auth(cluster_.username, cluster_.password.value, kConnectTimeout);
-        !r) {
-      co_return r;
-    }
   }
   std::vector<std::string_view> ping{"PING"};
   auto r = co_await conn_.call(ping, kConnectTimeout);

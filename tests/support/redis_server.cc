@@ -75,6 +75,23 @@ RedisServer::RedisServer(std::vector<std::string> extra_args,
   startOnFreePort();
 }
 
+RedisServer::RedisServer(RedisTls tls, std::vector<std::string> extra_args,
+                         std::chrono::milliseconds start_timeout)
+    : dir_("xdcr-redis"),
+      extra_args_(std::move(extra_args)),
+      start_timeout_(start_timeout),
+      tls_(std::move(tls)) {
+  startOnFreePort();
+}
+
+std::unique_ptr<RedisServer> RedisServer::startTls(const RedisTls& tls,
+                                                   std::vector<std::string> extra_args,
+                                                   std::chrono::milliseconds start_timeout) {
+  return std::unique_ptr<RedisServer>(new RedisServer(tls, std::move(extra_args), start_timeout));
+}
+
+std::string RedisServer::unixSocket() const { return tls_ ? dir_.file("redis.sock") : ""; }
+
 void RedisServer::startOnFreePort() {
   std::string reasons;
   for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
@@ -97,12 +114,21 @@ bool RedisServer::startOn(uint16_t port, std::string* why) {
   // clang-format off
   std::vector<std::string> argv = {"redis-server",
                                    "--bind", "127.0.0.1",
-                                   "--port", std::to_string(port),
+                                   "--port", tls_ ? "0" : std::to_string(port),
                                    "--save", "",
                                    "--appendonly", "no",
                                    "--dir", dir_.path(),
                                    "--daemonize", "no",
                                    "--logfile", dir_.file("redis.log")};
+  if (tls_) {
+    argv.insert(argv.end(), {"--tls-port", std::to_string(port),
+                             "--tls-cert-file", tls_->cert_file,
+                             "--tls-key-file", tls_->key_file,
+                             "--tls-ca-cert-file", tls_->ca_file,
+                             "--tls-auth-clients", tls_->auth_clients ? "yes" : "no",
+                             "--unixsocket", unixSocket(),
+                             "--unixsocketperm", "700"});
+  }
   // clang-format on
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   try {
@@ -123,7 +149,8 @@ bool RedisServer::startOn(uint16_t port, std::string* why) {
           return true;  // stop waiting; reported below
         }
         try {
-          RespClient client(port, std::chrono::milliseconds(1000));
+          RespClient client = tls_ ? RespClient::unixSocket(unixSocket(), std::chrono::seconds(1))
+                                   : RespClient(port, std::chrono::milliseconds(1000));
           RespValue pong = client.command({"PING"});
           if (pong.isError() || pong.str() != "PONG") {
             last_error = "PING answered " + pong.toString();
@@ -131,7 +158,8 @@ bool RedisServer::startOn(uint16_t port, std::string* why) {
           }
           auto server = client.info("server");
           if (server["process_id"] != std::to_string(process_.pid())) {
-            last_error = "port " + std::to_string(port) + " is served by process_id " +
+            last_error = (tls_ ? unixSocket() : "port " + std::to_string(port)) +
+                         " is served by process_id " +
                          server["process_id"] + ", not by our pid " +
                          std::to_string(process_.pid());
             return false;
@@ -178,6 +206,7 @@ void RedisServer::restart() {
 }
 
 RespClient RedisServer::client(std::chrono::milliseconds io_timeout) const {
+  if (tls_) return RespClient::unixSocket(unixSocket(), io_timeout);
   return RespClient(port_, io_timeout);
 }
 

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +31,14 @@ struct ReplicaInfo {
 /** The replicas a master lists in its INFO replication (as returned by RespClient::info()). */
 std::vector<ReplicaInfo> replicasOf(const std::map<std::string, std::string>& replication_info);
 
+/** TLS for a test server (see RedisServer::startTls). */
+struct RedisTls {
+  std::string cert_file;  // the server's certificate (PEM)
+  std::string key_file;
+  std::string ca_file;        // tls-ca-cert-file: the CA that client certificates must chain to
+  bool auth_clients = false;  // tls-auth-clients yes: a client certificate is required
+};
+
 class RedisServer {
  public:
   /**
@@ -44,6 +54,14 @@ class RedisServer {
    * LD_PRELOAD for a skewed clock (faketime.h); kept for restart(). */
   RedisServer(std::vector<std::string> extra_args, std::chrono::milliseconds start_timeout,
               std::vector<std::pair<std::string, std::string>> env);
+  /**
+   * A server whose only TCP port speaks TLS: `--port 0 --tls-port P` with `tls`'s files, plus a
+   * plain Unix socket in its directory for the test's own commands (client() uses it, so a test
+   * drives it like any other server). port() and address() are the TLS port's.
+   */
+  static std::unique_ptr<RedisServer> startTls(
+      const RedisTls& tls, std::vector<std::string> extra_args = {},
+      std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -61,12 +79,19 @@ class RedisServer {
    * there is no persistence). Throws if it does not come back within the start timeout. */
   void restart();
 
-  /** A new client connection to this server. */
+  /** True for a server made by startTls(). */
+  bool tls() const { return tls_.has_value(); }
+  /** The Unix socket of a TLS server ("" otherwise). */
+  std::string unixSocket() const;
+
+  /** A new client connection to this server (its Unix socket for a TLS server). */
   RespClient client(std::chrono::milliseconds io_timeout = std::chrono::seconds(10)) const;
   /** The last lines of redis.log (and of the captured stdout/stderr, when not empty). */
   std::string logTail(size_t lines = 40) const;
 
  private:
+  RedisServer(RedisTls tls, std::vector<std::string> extra_args,
+              std::chrono::milliseconds start_timeout);
   /** One start attempt on `port`; on failure stops the process and explains why in `why`. */
   bool startOn(uint16_t port, std::string* why);
   /** The constructors' start loop: free ports, kStartAttempts tries. */
@@ -76,6 +101,7 @@ class RedisServer {
   std::vector<std::string> extra_args_;
   std::chrono::milliseconds start_timeout_;
   std::vector<std::pair<std::string, std::string>> env_;
+  std::optional<RedisTls> tls_;
   uint16_t port_ = 0;
   Subprocess process_;
 };

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -139,10 +140,41 @@ RespClient::RespClient(uint16_t port, std::chrono::milliseconds io_timeout)
   }
 }
 
+RespClient::RespClient(std::chrono::milliseconds io_timeout, std::string unix_path)
+    : unix_path_(std::move(unix_path)), io_timeout_(io_timeout) {
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) {
+    fail(std::string("socket: ") + std::strerror(errno));
+  }
+  timeval tv{};
+  tv.tv_sec = io_timeout.count() / 1000;
+  tv.tv_usec = (io_timeout.count() % 1000) * 1000;
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (unix_path_.size() >= sizeof(addr.sun_path)) {
+    fail("socket path longer than " + std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(addr.sun_path, unix_path_.c_str(), unix_path_.size() + 1);
+  int rc;
+  do {
+    rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    fail(std::string("connect: ") + std::strerror(errno));
+  }
+}
+
+RespClient RespClient::unixSocket(const std::string& path, std::chrono::milliseconds io_timeout) {
+  return RespClient(io_timeout, path);
+}
+
 RespClient::~RespClient() { close(); }
 
 RespClient::RespClient(RespClient&& other) noexcept
     : port_(other.port_),
+      unix_path_(std::move(other.unix_path_)),
       fd_(other.fd_),
       io_timeout_(other.io_timeout_),
       buffer_(std::move(other.buffer_)),
@@ -154,6 +186,7 @@ RespClient& RespClient::operator=(RespClient&& other) noexcept {
   if (this != &other) {
     close();
     port_ = other.port_;
+    unix_path_ = std::move(other.unix_path_);
     fd_ = other.fd_;
     io_timeout_ = other.io_timeout_;
     buffer_ = std::move(other.buffer_);
@@ -172,7 +205,9 @@ void RespClient::close() {
 
 void RespClient::fail(const std::string& what) {
   close();  // the stream position is unknown now; the client cannot be reused
-  throw RespIoError("RESP 127.0.0.1:" + std::to_string(port_) + ": " + what);
+  throw RespIoError("RESP " +
+                    (unix_path_.empty() ? "127.0.0.1:" + std::to_string(port_) : unix_path_) +
+                    ": " + what);
 }
 
 void RespClient::appendCommand(std::string& out, const RespCommand& args) const {

@@ -64,6 +64,12 @@ class RespClient {
    */
   explicit RespClient(uint16_t port,
                       std::chrono::milliseconds io_timeout = std::chrono::seconds(10));
+  /**
+   * Connects to a Unix domain socket (redis-server --unixsocket): the plain control channel of
+   * a server whose TCP port speaks only TLS. Throws RespIoError when it cannot connect.
+   */
+  static RespClient unixSocket(const std::string& path,
+                               std::chrono::milliseconds io_timeout = std::chrono::seconds(10));
   ~RespClient();
   RespClient(RespClient&& other) noexcept;
   RespClient& operator=(RespClient&& other) noexcept;
@@ -86,6 +92,7 @@ class RespClient {
   void select(int db);
 
  private:
+  RespClient(std::chrono::milliseconds io_timeout, std::string unix_path);
   void close();
   void sendAll(const std::string& data);
   void appendCommand(std::string& out, const RespCommand& args) const;
@@ -95,6 +102,7 @@ class RespClient {
   [[noreturn]] void fail(const std::string& what);
 
   uint16_t port_ = 0;
+  std::string unix_path_;  // set for a Unix socket connection (then port_ is 0)
   int fd_ = -1;
   std::chrono::milliseconds io_timeout_;
   std::string buffer_;

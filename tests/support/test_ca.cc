@@ -86,8 +86,23 @@ TestCa::TestCa(std::string dir) : dir_(std::move(dir)) {
 }
 
 IssuedCert TestCa::issueServer(const std::string& name, const std::vector<std::string>& sans) {
-  if (sans.empty()) {
+  return issue(name, sans, CertOptions{});
+}
+
+IssuedCert TestCa::issueClient(const std::string& name) {
+  CertOptions options;
+  options.usage = CertOptions::Usage::Client;
+  return issue(name, {}, options);
+}
+
+IssuedCert TestCa::issue(const std::string& name, const std::vector<std::string>& sans,
+                         const CertOptions& options) {
+  const bool server = options.usage == CertOptions::Usage::Server;
+  if (sans.empty() && server) {
     throw std::invalid_argument("TestCa::issueServer: no subjectAltName given");
+  }
+  if (options.not_before.empty() != options.not_after.empty()) {
+    throw std::invalid_argument("TestCa::issue: give both not_before and not_after, or neither");
   }
   const std::string base = dir_ + "/" + sanitise(name);
   IssuedCert out{base + ".crt", base + ".key"};
@@ -101,15 +116,44 @@ IssuedCert TestCa::issueServer(const std::string& name, const std::vector<std::s
   runOpenssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj",
               "/CN=" + subjectValue(name), "-keyout", out.key_file, "-out", csr},
              log);
-  writeFileText(ext, "subjectAltName=" + san_line +
-                         "\n"
+  writeFileText(ext, (san_line.empty() ? "" : "subjectAltName=" + san_line + "\n") +
                          "basicConstraints=CA:FALSE\n"
                          "keyUsage=critical,digitalSignature\n"
-                         "extendedKeyUsage=serverAuth\n");
-  // -CAcreateserial keeps a serial file next to the CA; -set_serial with a random value would
-  // do as well, but this is the command verified in clock-notes §6.1.
-  runOpenssl({"x509", "-req", "-in", csr, "-CA", ca_crt_, "-CAkey", ca_key_, "-CAcreateserial",
-              "-days", "825", "-extfile", ext, "-out", out.cert_file},
+                         "extendedKeyUsage=" +
+                         (server ? "serverAuth" : "clientAuth") + "\n");
+  if (options.not_before.empty()) {
+    // -CAcreateserial keeps a serial file next to the CA; -set_serial with a random value would
+    // do as well, but this is the command verified in clock-notes §6.1.
+    runOpenssl({"x509", "-req", "-in", csr, "-CA", ca_crt_, "-CAkey", ca_key_, "-CAcreateserial",
+                "-days", "825", "-extfile", ext, "-out", out.cert_file},
+               log);
+    return out;
+  }
+  // `openssl ca` takes explicit dates; it needs a database, a serial and a policy.
+  const std::string db = dir_ + "/ca-db";
+  std::error_code ec;
+  std::filesystem::create_directories(db + "/new", ec);
+  if (ec) {
+    throw std::runtime_error("TestCa: cannot create " + db + ": " + ec.message());
+  }
+  if (!std::filesystem::exists(db + "/serial")) {
+    writeFileText(db + "/index.txt", "");
+    writeFileText(db + "/serial", "1000\n");
+  }
+  const std::string cnf = db + "/ca.cnf";
+  writeFileText(cnf, "[ca]\ndefault_ca = test_ca\n"
+                     "[test_ca]\n"
+                     "database = " + db + "/index.txt\n"
+                     "new_certs_dir = " + db + "/new\n"
+                     "serial = " + db + "/serial\n"
+                     "default_md = sha256\n"
+                     "policy = test_policy\n"
+                     "unique_subject = no\n"
+                     "copy_extensions = none\n"
+                     "[test_policy]\ncommonName = supplied\n");
+  runOpenssl({"ca", "-batch", "-config", cnf, "-cert", ca_crt_, "-keyfile", ca_key_, "-in", csr,
+              "-out", out.cert_file, "-startdate", options.not_before, "-enddate",
+              options.not_after, "-extfile", ext, "-notext"},
              log);
   return out;
 }

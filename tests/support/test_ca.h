@@ -1,7 +1,9 @@
 #pragma once
-// A throw-away certificate authority for TLS tests (NTS-KE), made with the `openssl` CLI
-// (Debian package openssl) exactly as in clock-notes §6.1: a self-signed EC P-256 CA and server
-// certificates with chosen subjectAltNames and the serverAuth extended key usage.
+// A throw-away certificate authority for TLS tests (NTS-KE, Redis over TLS), made with the
+// `openssl` CLI (Debian package openssl) as in clock-notes §6.1: a self-signed EC P-256 CA,
+// server certificates with chosen subjectAltNames and the serverAuth extended key usage, client
+// certificates (clientAuth) for mutual TLS, and certificates with chosen validity dates (an
+// expired one) through `openssl ca`.
 
 #include <string>
 #include <vector>
@@ -14,6 +16,14 @@ bool opensslAvailable();
 struct IssuedCert {
   std::string cert_file;  // PEM certificate
   std::string key_file;   // PEM private key (unencrypted)
+};
+
+struct CertOptions {
+  enum class Usage { Server, Client };
+  Usage usage = Usage::Server;  // extendedKeyUsage serverAuth or clientAuth
+  /** Validity as openssl writes it ("20200101000000Z"); both empty = now .. now + 825 days. */
+  std::string not_before;
+  std::string not_after;
 };
 
 class TestCa {
@@ -38,7 +48,16 @@ class TestCa {
    * std::runtime_error with openssl's output on failure.
    */
   IssuedCert issueServer(const std::string& name, const std::vector<std::string>& sans);
-  // One issueServer() at a time: openssl keeps the serial number in DIR/ca.srl.
+  /**
+   * As issueServer(), with a usage and, when given, explicit validity dates (then signed with
+   * `openssl ca`, the only way openssl 3.0 sets a start date in the past). `sans` may be empty
+   * for a client certificate.
+   */
+  IssuedCert issue(const std::string& name, const std::vector<std::string>& sans,
+                   const CertOptions& options);
+  /** A client certificate (CN = name, clientAuth) for mutual TLS. */
+  IssuedCert issueClient(const std::string& name);
+  // One issue*() at a time: openssl keeps the serial number in DIR/ca.srl (and DIR/ca-db/).
 
  private:
   std::string dir_;
