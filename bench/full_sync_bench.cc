@@ -4,23 +4,26 @@
 //   native  a fresh redis-server, REPLICAOF the source; from the REPLICAOF to
 //           master_link_status:up and master_sync_in_progress:0 (INFO replication every 10 ms).
 //   agent   a fresh target and an empty state_dir, the agent started; from its start to the
-//           "snapshot applied:" log line, and to target DBSIZE == source DBSIZE (every 10 ms).
-//           "agent s" is the later of the two: both say the target holds the snapshot.
+//           "snapshot applied:" log line, and to the target holding as many keys as the source
+//           (DBSIZE every 10 ms, the agent's __xdcr_marker__ keys not counted). "agent s" is the
+//           later of the two: both say the target holds the snapshot. Also the agent's CPU
+//           seconds and peak RSS (VmHWM) at that point.
 //
-// Each is run R times, interleaved (odd runs native first, even runs agent first, so neither
-// always gets the warmer caches); the table gives every run and the medians, the ratio is
-// agent s / native s (issue 3's target: <= 1.5). Every process is a child stopped by its PID
-// (RAII, also on errors and on SIGINT/SIGTERM; PR_SET_PDEATHSIG if this process is killed).
+// Each is run R times, interleaved: with --maxttl both, every run measures native, agent with
+// the clamp and agent without it, the order rotated from run to run (so none always gets the
+// warmer caches); with on|off odd runs go native first, even runs agent first. The source is
+// filled once. The table gives every run and the medians; the ratio is agent s / native s of the
+// same run (issue 3's target: <= 1.5). Every process is a child stopped by its PID (RAII, also
+// on errors and on SIGINT/SIGTERM; PR_SET_PDEATHSIG if this process is killed).
 //
-//   full_sync_bench [--keys N] [--runs R] [--maxttl on|off] [--json FILE] [--agent PATH]
-//                   [--value-size BYTES] [--timeout SECONDS]
+//   full_sync_bench [--keys N] [--runs R] [--maxttl on|off|both] [--json FILE] [--agent PATH]
+//                   [--value-size BYTES] [--timeout SECONDS] [--quiet-wait SECONDS]
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -31,19 +34,25 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "tests/support/harness.h"
 
 namespace xdcr::test {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using bench::cell;
+using bench::checkInterrupted;
+using bench::Clock;
+using bench::Interrupted;
+using bench::jsonOrNull;
+using bench::median;
+using bench::secondsSince;
 
 constexpr auto kPollInterval = 10ms;
 constexpr int64_t kMinute = 60 * 1000;
@@ -54,21 +63,6 @@ constexpr const char* kAppliedMarker = "snapshot applied:";
 #error "XDCR_AGENT_BINARY must be defined by bench/CMakeLists.txt"
 #endif
 
-volatile std::sig_atomic_t g_interrupted = 0;
-
-void onSignal(int) { g_interrupted = 1; }
-
-class Interrupted : public std::runtime_error {
- public:
-  Interrupted() : std::runtime_error("interrupted by a signal") {}
-};
-
-void checkInterrupted() {
-  if (g_interrupted != 0) {
-    throw Interrupted();
-  }
-}
-
 /** $XDCR_AGENT_BINARY from the environment when set, else this build's agent. */
 std::string defaultAgent() {
   const char* from_env = std::getenv("XDCR_AGENT_BINARY");
@@ -78,28 +72,35 @@ std::string defaultAgent() {
 struct Options {
   int64_t keys = 1000000;
   int runs = 3;
-  bool maxttl = true;
+  std::vector<bool> maxttl = {true};  // the agent's modes: clamp on and/or off
   std::string json_path;
   std::string agent = defaultAgent();
   size_t value_size = 100;
   int timeout_s = 600;
+  int quiet_wait_s = 0;
 };
+
+std::string modeName(bool maxttl) { return maxttl ? "on" : "off"; }
 
 [[noreturn]] void usage(const std::string& error) {
   if (!error.empty()) {
     std::cerr << "full_sync_bench: " << error << "\n";
   }
-  std::cerr << "usage: full_sync_bench [--keys N] [--runs R] [--maxttl on|off] [--json FILE]\n"
+  std::cerr << "usage: full_sync_bench [--keys N] [--runs R] [--maxttl on|off|both] [--json FILE]\n"
                "                       [--agent PATH] [--value-size BYTES] [--timeout SECONDS]\n"
+               "                       [--quiet-wait SECONDS]\n"
                "  --keys N          keys on the source (default 1000000)\n"
                "  --runs R          native and agent full syncs, each (default 3)\n"
-               "  --maxttl on|off   a target collection (c:*, half the keys) with max_ttl 1h\n"
-               "                    that clamps, or no maxTTL at all (default on)\n"
+               "  --maxttl MODE     on: a target collection (c:*, half the keys) with max_ttl 1h\n"
+               "                    that clamps; off: no maxTTL at all; both: each run measures\n"
+               "                    the agent both ways against one native sync (default on)\n"
                "  --json FILE       also write the results as JSON\n"
                "  --agent PATH      the xdcr-agent binary (default: $XDCR_AGENT_BINARY, else\n"
                "                    this build's)\n"
                "  --value-size B    size of the string values, 80 % of the keys (default 100)\n"
-               "  --timeout S       bound on each full sync (default 600)\n";
+               "  --timeout S       bound on each full sync (default 600)\n"
+               "  --quiet-wait S    before each sync, wait for other processes to leave the\n"
+               "                    machine (< 0.25 cores), at most S seconds in all (default 0)\n";
   std::exit(2);
 }
 
@@ -120,10 +121,15 @@ Options parseOptions(int argc, char** argv) {
         options.runs = std::stoi(value());
       } else if (arg == "--maxttl") {
         const std::string v = value();
-        if (v != "on" && v != "off") {
-          usage("--maxttl takes on or off");
+        if (v == "on") {
+          options.maxttl = {true};
+        } else if (v == "off") {
+          options.maxttl = {false};
+        } else if (v == "both") {
+          options.maxttl = {true, false};
+        } else {
+          usage("--maxttl takes on, off or both");
         }
-        options.maxttl = v == "on";
       } else if (arg == "--json") {
         options.json_path = value();
       } else if (arg == "--agent") {
@@ -132,6 +138,8 @@ Options parseOptions(int argc, char** argv) {
         options.value_size = static_cast<size_t>(std::stoul(value()));
       } else if (arg == "--timeout") {
         options.timeout_s = std::stoi(value());
+      } else if (arg == "--quiet-wait") {
+        options.quiet_wait_s = std::stoi(value());
       } else if (arg == "-h" || arg == "--help") {
         usage("");
       } else {
@@ -147,10 +155,6 @@ Options parseOptions(int argc, char** argv) {
   return options;
 }
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 int64_t dbSize(RespClient& client) { return client.command({"DBSIZE"}).integer(); }
 
 std::string agentConfigYaml(const std::string& state_dir, uint16_t source_port,
@@ -160,10 +164,26 @@ std::string agentConfigYaml(const std::string& state_dir, uint16_t source_port,
   return pipelineConfigYaml(state_dir, source_port, target_port, buckets);
 }
 
+std::optional<double> delta(const std::optional<double>& before,
+                            const std::optional<double>& after) {
+  if (!before || !after) return std::nullopt;
+  return *after - *before;
+}
+
+struct NativeTimes {
+  double seconds = 0;
+  std::optional<double> cpu_s;          // the replica's CPU over the full sync
+  std::optional<double> source_cpu_s;   // the source's
+  std::optional<double> foreign_cores;  // other processes' load meanwhile
+};
+
 /** A native replica's full sync: REPLICAOF until the link is up and no sync is in progress. */
-double measureNative(RedisServer& source, int64_t source_keys, const Options& options) {
+NativeTimes measureNative(RedisServer& source, int64_t source_keys, const Options& options) {
   RedisServer replica({}, std::chrono::seconds(30));
   RespClient client = replica.client(std::chrono::seconds(30));
+  const auto cpu0 = bench::cpuSeconds(replica.pid());
+  const auto source_cpu0 = bench::cpuSeconds(source.pid());
+  const bench::ForeignLoad foreign({replica.pid(), source.pid()});
   const auto start = Clock::now();
   RespValue reply = client.command({"REPLICAOF", "127.0.0.1", std::to_string(source.port())});
   if (reply.isError()) {
@@ -182,32 +202,47 @@ double measureNative(RedisServer& source, int64_t source_keys, const Options& op
     }
     std::this_thread::sleep_for(kPollInterval);
   }
-  const double elapsed = secondsSince(start);
+  NativeTimes times;
+  times.seconds = secondsSince(start);
+  times.foreign_cores = foreign.cores();
+  times.cpu_s = delta(cpu0, bench::cpuSeconds(replica.pid()));
+  times.source_cpu_s = delta(source_cpu0, bench::cpuSeconds(source.pid()));
   const int64_t keys = dbSize(client);
   if (keys != source_keys) {
     throw std::runtime_error("native replica holds " + std::to_string(keys) + " keys, the source " +
                              std::to_string(source_keys));
   }
-  return elapsed;  // ~RedisServer stops the replica by PID
+  return times;  // ~RedisServer stops the replica by PID
 }
 
 struct AgentTimes {
-  double log_s = 0;     // "snapshot applied:" logged
-  double dbsize_s = 0;  // target DBSIZE == source DBSIZE
+  double log_s = 0;             // "snapshot applied:" logged
+  double dbsize_s = 0;          // target holds the source's number of keys (markers not counted)
+  std::optional<double> cpu_s;  // the agent's utime + stime at that point
+  std::optional<double> vmhwm;  // the agent's peak RSS at that point
+  std::optional<double> foreign_cores;  // other processes' load meanwhile (bench::ForeignLoad)
+  std::optional<double> target_cpu_s;   // the target redis-server's CPU over the full sync
+  std::optional<double> source_cpu_s;   // the source's (the RDB is made while it is sent)
+  std::string applied_line;
+
+  double seconds() const { return std::max(log_s, dbsize_s); }
 };
 
 /** The agent's full sync onto a fresh target with an empty state_dir. */
-AgentTimes measureAgent(RedisServer& source, int64_t source_keys, const Options& options,
-                        std::string* applied_line) {
+AgentTimes measureAgent(RedisServer& source, int64_t source_keys, bool maxttl,
+                        const Options& options) {
   RedisServer target({}, std::chrono::seconds(30));
   TempDir dir("xdcr-bench");
   const std::string config = dir.file("xdcr.yaml");
-  writeFileText(config,
-                agentConfigYaml(dir.file("state"), source.port(), target.port(), options.maxttl));
+  writeFileText(config, agentConfigYaml(dir.file("state"), source.port(), target.port(), maxttl));
   RespClient client = target.client(std::chrono::seconds(30));
+  const auto target_cpu0 = bench::cpuSeconds(target.pid());
+  const auto source_cpu0 = bench::cpuSeconds(source.pid());
   const auto start = Clock::now();
   AgentProcess agent(config, dir.file("agent.log"), {}, options.agent);
+  const bench::ForeignLoad foreign({agent.pid(), target.pid(), source.pid()});
   LogWatcher watcher(agent.logPath(), kAppliedMarker);
+  AgentTimes times;
   std::optional<double> log_s;
   std::optional<double> dbsize_s;
   const auto deadline = start + std::chrono::seconds(options.timeout_s);
@@ -215,9 +250,12 @@ AgentTimes measureAgent(RedisServer& source, int64_t source_keys, const Options&
     checkInterrupted();
     if (!log_s && watcher.poll() > 0) {
       log_s = secondsSince(start);
-      *applied_line = watcher.matches().front();
+      times.applied_line = watcher.matches().front();
     }
-    if (!dbsize_s && dbSize(client) == source_keys) {
+    // The agent also writes its target-loss marker key(s) into db 0: DBSIZE counts them, so the
+    // cheap DBSIZE says "maybe", and only then the markers are counted out (KEYS is slow on a
+    // million keys; it runs once or twice).
+    if (!dbsize_s && dbSize(client) >= source_keys && dataDbSize(client) == source_keys) {
       dbsize_s = secondsSince(start);
     }
     if (log_s && dbsize_s) {
@@ -229,63 +267,52 @@ AgentTimes measureAgent(RedisServer& source, int64_t source_keys, const Options&
     if (Clock::now() > deadline) {
       throw std::runtime_error("agent full sync not done after " +
                                std::to_string(options.timeout_s) + " s (" +
-                               (log_s ? "" : "no \"snapshot applied:\" line; ") + "target DBSIZE " +
-                               std::to_string(dbSize(client)) + " of " +
+                               (log_s ? "" : "no \"snapshot applied:\" line; ") + "target keys " +
+                               std::to_string(dataDbSize(client)) + " of " +
                                std::to_string(source_keys) + ")\n" + agent.logTail(30));
     }
     std::this_thread::sleep_for(kPollInterval);
   }
-  agent.terminate(std::chrono::seconds(30));
-  return {*log_s, *dbsize_s};  // ~TempDir, ~RedisServer: the target is stopped by PID
+  times.log_s = *log_s;
+  times.dbsize_s = *dbsize_s;
+  times.foreign_cores = foreign.cores();
+  times.cpu_s = bench::cpuSeconds(agent.pid());
+  times.target_cpu_s = delta(target_cpu0, bench::cpuSeconds(target.pid()));
+  times.source_cpu_s = delta(source_cpu0, bench::cpuSeconds(source.pid()));
+  times.vmhwm = bench::statusBytes(agent.pid(), "VmHWM");
+  agent.kill();  // measured; no need to wait for a drain and a checkpoint of a million keys
+  return times;  // ~TempDir, ~RedisServer: the target is stopped by PID
 }
 
 struct RunResult {
   int run = 0;
   std::string order;
   std::optional<double> native_s;
-  std::optional<AgentTimes> agent;
-  std::string applied_line;
+  std::optional<NativeTimes> native;
+  std::map<bool, AgentTimes> agent;  // by maxttl
   std::string error;
 
-  std::optional<double> agentSeconds() const {
-    if (!agent) {
+  std::optional<double> agentSeconds(bool maxttl) const {
+    auto it = agent.find(maxttl);
+    if (it == agent.end()) {
       return std::nullopt;
     }
-    return std::max(agent->log_s, agent->dbsize_s);
+    return it->second.seconds();
   }
-  std::optional<double> ratio() const {
-    if (!native_s || !agent || *native_s <= 0) {
+  std::optional<double> ratio(bool maxttl) const {
+    const auto a = agentSeconds(maxttl);
+    if (!native_s || !a || *native_s <= 0) {
       return std::nullopt;
     }
-    return *agentSeconds() / *native_s;
+    return *a / *native_s;
   }
 };
 
-std::optional<double> median(std::vector<double> values) {
-  if (values.empty()) {
-    return std::nullopt;
-  }
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
-}
-
-std::string cell(const std::optional<double>& value, int precision = 3) {
-  if (!value) {
-    return "-";
-  }
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.*f", precision, *value);
-  return buffer;
-}
-
-nlohmann::json jsonOrNull(const std::optional<double>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-}
-
 int runBenchmark(const Options& options) {
+  std::string modes;
+  for (bool m : options.maxttl) modes += (modes.empty() ? "" : ",") + modeName(m);
   std::cout << "full_sync_bench: " << options.keys << " keys, " << options.runs << " runs, maxTTL "
-            << (options.maxttl ? "on" : "off") << ", agent " << options.agent << "\n";
+            << modes << ", agent " << options.agent << std::endl;
   // The source: diskless syncs that start at once, as in the integration tests.
   RedisServer source({"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
                       "--repl-backlog-size", "256mb"},
@@ -308,40 +335,62 @@ int runBenchmark(const Options& options) {
   const int64_t source_keys = dbSize(source_client);
   auto memory = source_client.info("memory");
   auto server = source_client.info("server");
-  std::cout << "source: " << source_keys << " keys written in " << cell(fill_s, 1)
-            << " s, used_memory " << memory["used_memory_human"] << "\n";
+  std::map<std::string, int64_t> types;  // of the data set: "mixed types", shown
+  for (const auto& k : data.keys) ++types[std::string(redisTypeOf(k.kind))];
+  std::string type_text;
+  for (const auto& [type, n] : types) {
+    type_text += (type_text.empty() ? "" : ", ") + type + " " + std::to_string(n);
+  }
+  std::cout << "source: " << source_keys << " keys (" << type_text << ") written in "
+            << cell(fill_s, 1) << " s, used_memory " << memory["used_memory_human"] << std::endl;
   if (source_keys != options.keys) {
     throw std::runtime_error("the source holds " + std::to_string(source_keys) + " keys, not " +
                              std::to_string(options.keys));
   }
+
+  // The steps of a run: the native sync and one agent sync per mode, rotated from run to run.
+  struct Step {
+    bool native;
+    bool maxttl;
+  };
+  std::vector<Step> steps = {{true, false}};
+  for (bool m : options.maxttl) steps.push_back({false, m});
 
   std::vector<RunResult> results;
   bool agent_failed = false;
   for (int run = 1; run <= options.runs && !agent_failed; ++run) {
     RunResult result;
     result.run = run;
-    const bool native_first = run % 2 == 1;
-    result.order = native_first ? "native,agent" : "agent,native";
-    for (int step = 0; step < 2; ++step) {
-      const bool native = (step == 0) == native_first;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step step = steps[(i + static_cast<size_t>(run - 1)) % steps.size()];
+      const std::string name = step.native ? "native" : "agent-" + modeName(step.maxttl);
+      result.order += (result.order.empty() ? "" : ",") + name;
+      bench::progress("full sync run " + std::to_string(run) + "/" + std::to_string(options.runs) +
+                      ": " + name);
       try {
-        if (native) {
-          result.native_s = measureNative(source, source_keys, options);
+        bench::waitForQuiet();
+        if (step.native) {
+          result.native = measureNative(source, source_keys, options);
+          result.native_s = result.native->seconds;
         } else {
-          result.agent = measureAgent(source, source_keys, options, &result.applied_line);
+          result.agent[step.maxttl] = measureAgent(source, source_keys, step.maxttl, options);
         }
       } catch (const Interrupted&) {
         throw;
       } catch (const std::exception& e) {
-        result.error += std::string(native ? "native: " : "agent: ") + e.what() + "\n";
-        agent_failed = agent_failed || !native;
+        result.error += name + ": " + e.what() + "\n";
+        agent_failed = agent_failed || !step.native;
       }
     }
     std::cout << "run " << run << " (" << result.order << "): native " << cell(result.native_s)
-              << " s, agent " << cell(result.agentSeconds()) << " s, ratio "
-              << cell(result.ratio(), 2) << "\n";
-    if (!result.applied_line.empty()) {
-      std::cout << "  agent: " << result.applied_line << "\n";
+              << " s";
+    for (bool m : options.maxttl) {
+      std::cout << ", agent maxTTL " << modeName(m) << " " << cell(result.agentSeconds(m))
+                << " s (ratio " << cell(result.ratio(m), 2) << ")";
+    }
+    std::cout << std::endl;
+    for (const auto& [m, t] : result.agent) {
+      std::cout << "  agent " << modeName(m) << ": " << t.applied_line << "\n";
     }
     if (!result.error.empty()) {
       std::cerr << result.error;
@@ -353,72 +402,119 @@ int runBenchmark(const Options& options) {
   }
 
   std::vector<double> natives;
-  std::vector<double> logs;
-  std::vector<double> dbsizes;
-  std::vector<double> agents;
-  std::vector<double> ratios;
   for (const auto& r : results) {
-    if (r.native_s) {
-      natives.push_back(*r.native_s);
+    if (r.native_s) natives.push_back(*r.native_s);
+  }
+  struct ModeMedians {
+    std::optional<double> log_s, dbsize_s, agent_s, ratio, cpu_s, vmhwm;
+    double foreign_max = 0;
+  };
+  std::map<bool, ModeMedians> medians;
+  for (bool m : options.maxttl) {
+    std::vector<double> logs, dbsizes, agents, ratios, cpus, hwms;
+    for (const auto& r : results) {
+      auto it = r.agent.find(m);
+      if (it != r.agent.end()) {
+        logs.push_back(it->second.log_s);
+        dbsizes.push_back(it->second.dbsize_s);
+        agents.push_back(it->second.seconds());
+        if (it->second.cpu_s) cpus.push_back(*it->second.cpu_s);
+        if (it->second.vmhwm) hwms.push_back(*it->second.vmhwm);
+      }
+      if (r.ratio(m)) ratios.push_back(*r.ratio(m));
     }
-    if (r.agent) {
-      logs.push_back(r.agent->log_s);
-      dbsizes.push_back(r.agent->dbsize_s);
-      agents.push_back(*r.agentSeconds());
+    double foreign_max = 0;
+    for (const auto& r : results) {
+      auto it = r.agent.find(m);
+      if (it != r.agent.end() && it->second.foreign_cores) {
+        foreign_max = std::max(foreign_max, *it->second.foreign_cores);
+      }
     }
-    if (r.ratio()) {
-      ratios.push_back(*r.ratio());
-    }
+    medians[m] = {median(logs), median(dbsizes), median(agents), median(ratios),
+                  median(cpus), median(hwms),    foreign_max};
   }
 
-  std::printf("\n%-8s %-14s %10s %13s %16s %9s %13s\n", "run", "order", "native_s", "agent_log_s",
-              "agent_dbsize_s", "agent_s", "agent/native");
+  std::printf("\n%-8s %-6s %-30s %10s %13s %16s %9s %13s %9s\n", "run", "maxttl", "order",
+              "native_s", "agent_log_s", "agent_dbsize_s", "agent_s", "agent/native", "hwm_MiB");
   for (const auto& r : results) {
-    std::printf("%-8d %-14s %10s %13s %16s %9s %13s\n", r.run, r.order.c_str(),
-                cell(r.native_s).c_str(),
-                cell(r.agent ? std::optional(r.agent->log_s) : std::nullopt).c_str(),
-                cell(r.agent ? std::optional(r.agent->dbsize_s) : std::nullopt).c_str(),
-                cell(r.agentSeconds()).c_str(), cell(r.ratio(), 2).c_str());
+    for (bool m : options.maxttl) {
+      auto it = r.agent.find(m);
+      const AgentTimes* t = it == r.agent.end() ? nullptr : &it->second;
+      std::printf(
+          "%-8d %-6s %-30s %10s %13s %16s %9s %13s %9s\n", r.run, modeName(m).c_str(),
+          r.order.c_str(), cell(r.native_s).c_str(),
+          cell(t ? std::optional(t->log_s) : std::nullopt).c_str(),
+          cell(t ? std::optional(t->dbsize_s) : std::nullopt).c_str(),
+          cell(r.agentSeconds(m)).c_str(), cell(r.ratio(m), 2).c_str(),
+          cell(t && t->vmhwm ? std::optional(*t->vmhwm / 1048576.0) : std::nullopt, 1).c_str());
+    }
   }
-  std::printf("%-8s %-14s %10s %13s %16s %9s %13s\n", "median", "", cell(median(natives)).c_str(),
-              cell(median(logs)).c_str(), cell(median(dbsizes)).c_str(),
-              cell(median(agents)).c_str(), cell(median(ratios), 2).c_str());
+  for (bool m : options.maxttl) {
+    const ModeMedians& md = medians[m];
+    std::printf("%-8s %-6s %-30s %10s %13s %16s %9s %13s %9s\n", "median", modeName(m).c_str(), "",
+                cell(median(natives)).c_str(), cell(md.log_s).c_str(), cell(md.dbsize_s).c_str(),
+                cell(md.agent_s).c_str(), cell(md.ratio, 2).c_str(),
+                cell(md.vmhwm ? std::optional(*md.vmhwm / 1048576.0) : std::nullopt, 1).c_str());
+  }
 
   if (!options.json_path.empty()) {
     nlohmann::json runs = nlohmann::json::array();
     for (const auto& r : results) {
+      nlohmann::json agent = nlohmann::json::object();
+      for (const auto& [m, t] : r.agent) {
+        agent[modeName(m)] = {{"agent_log_s", t.log_s},
+                              {"agent_dbsize_s", t.dbsize_s},
+                              {"agent_s", t.seconds()},
+                              {"ratio", jsonOrNull(r.ratio(m))},
+                              {"agent_cpu_s", jsonOrNull(t.cpu_s)},
+                              {"agent_vmhwm_bytes", jsonOrNull(t.vmhwm)},
+                              {"target_cpu_s", jsonOrNull(t.target_cpu_s)},
+                              {"foreign_cores", jsonOrNull(t.foreign_cores)},
+                              {"source_cpu_s", jsonOrNull(t.source_cpu_s)},
+                              {"agent_applied_line", t.applied_line}};
+      }
       runs.push_back(
           {{"run", r.run},
            {"order", r.order},
            {"native_s", jsonOrNull(r.native_s)},
-           {"agent_log_s", jsonOrNull(r.agent ? std::optional(r.agent->log_s) : std::nullopt)},
-           {"agent_dbsize_s",
-            jsonOrNull(r.agent ? std::optional(r.agent->dbsize_s) : std::nullopt)},
-           {"agent_s", jsonOrNull(r.agentSeconds())},
-           {"ratio", jsonOrNull(r.ratio())},
-           {"agent_applied_line", r.applied_line},
+           {"native_cpu_s", jsonOrNull(r.native ? r.native->cpu_s : std::nullopt)},
+           {"native_source_cpu_s", jsonOrNull(r.native ? r.native->source_cpu_s : std::nullopt)},
+           {"native_foreign_cores", jsonOrNull(r.native ? r.native->foreign_cores : std::nullopt)},
+           {"agent", agent},
            {"error", r.error}});
+    }
+    double native_foreign = 0;
+    for (const auto& r : results) {
+      if (r.native && r.native->foreign_cores) {
+        native_foreign = std::max(native_foreign, *r.native->foreign_cores);
+      }
+    }
+    nlohmann::json median_json = {{"native_s", jsonOrNull(median(natives))},
+                                  {"native_foreign_cores_max", native_foreign}};
+    for (bool m : options.maxttl) {
+      const ModeMedians& md = medians[m];
+      median_json[modeName(m)] = {
+          {"agent_log_s", jsonOrNull(md.log_s)}, {"agent_dbsize_s", jsonOrNull(md.dbsize_s)},
+          {"agent_s", jsonOrNull(md.agent_s)},   {"ratio", jsonOrNull(md.ratio)},
+          {"agent_cpu_s", jsonOrNull(md.cpu_s)}, {"vmhwm_bytes", jsonOrNull(md.vmhwm)},
+          {"foreign_cores_max", md.foreign_max}};
     }
     nlohmann::json out = {
         {"benchmark", "full_sync"},
         {"unix_time", static_cast<int64_t>(std::time(nullptr))},
         {"keys", options.keys},
         {"value_size", options.value_size},
-        {"maxttl", options.maxttl ? "on" : "off"},
+        {"maxttl", modes},
         {"agent_binary", options.agent},
         {"redis_version", server["redis_version"]},
         {"cpus", static_cast<int64_t>(::sysconf(_SC_NPROCESSORS_ONLN))},
         {"source",
          {{"fill_s", fill_s},
           {"used_memory", memory["used_memory"]},
+          {"types", types},
           {"keys_with_deadline", data.withDeadline(0)}}},
         {"runs", runs},
-        {"median",
-         {{"native_s", jsonOrNull(median(natives))},
-          {"agent_log_s", jsonOrNull(median(logs))},
-          {"agent_dbsize_s", jsonOrNull(median(dbsizes))},
-          {"agent_s", jsonOrNull(median(agents))},
-          {"ratio", jsonOrNull(median(ratios))}}},
+        {"median", median_json},
     };
     std::ofstream file(options.json_path);
     file << out.dump(2) << "\n";
@@ -439,11 +535,8 @@ int runBenchmark(const Options& options) {
 
 int main(int argc, char** argv) {
   const xdcr::test::Options options = xdcr::test::parseOptions(argc, argv);
-  struct sigaction action {};
-  action.sa_handler = xdcr::test::onSignal;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
+  xdcr::bench::installSignalHandlers();
+  xdcr::bench::setQuietBudget(std::chrono::seconds(options.quiet_wait_s));
   try {
     return xdcr::test::runBenchmark(options);
   } catch (const std::exception& e) {

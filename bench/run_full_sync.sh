@@ -5,6 +5,7 @@
 #   BUILD_DIR  build directory (default: build-bench at the repository root)
 #   JSON       results file (default: $BUILD_DIR/full_sync_bench.json; --json FILE overrides)
 # Every redis-server and agent it starts is a child stopped by PID, also on failure or Ctrl-C.
+# bench/run.sh runs this one (--maxttl both) with the others and prints one table.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"

@@ -1,0 +1,342 @@
+// Folds the JSON of stream_bench (drain, lag, cost) and of full_sync_bench into ONE table
+// (stdout) and one JSON file: the benchmarks' own results unchanged under "stream" and
+// "full_sync", plus the table's rows under "table".
+//
+//   bench_report [--stream FILE] [--full-sync FILE] [--json OUT]
+//
+// A missing or unreadable input only leaves its rows out (they are listed as not run).
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+
+std::optional<double> num(const json& j, const std::vector<std::string>& path) {
+  const json* at = &j;
+  for (const auto& p : path) {
+    if (!at->is_object() || !at->contains(p)) return std::nullopt;
+    at = &(*at)[p];
+  }
+  if (!at->is_number()) return std::nullopt;
+  return at->get<double>();
+}
+
+std::string fmt(const std::optional<double>& v, int precision, double scale = 1.0) {
+  if (!v) return "-";
+  char buffer[48];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", precision, *v * scale);
+  return buffer;
+}
+
+/** 1234567 -> "1,234,567". */
+std::string thousands(const std::optional<double>& v) {
+  if (!v) return "-";
+  std::string digits = std::to_string(static_cast<long long>(std::llround(*v)));
+  std::string out;
+  const size_t lead = digits.size() % 3 == 0 ? 3 : digits.size() % 3;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (i - lead) % 3 == 0 && i >= lead) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+struct Row {
+  std::string metric, native, on, off, ratio_on, ratio_off, target, verdict;
+};
+
+std::string verdictOf(const std::vector<std::optional<double>>& values, bool at_most,
+                      double bound) {
+  bool any = false;
+  for (const auto& v : values) {
+    if (!v) continue;
+    any = true;
+    if (at_most ? *v > bound : *v < bound) return "MISSED";
+  }
+  return any ? "met" : "-";
+}
+
+/** "quiet" when every reading is under 0.25 cores, else "NOISY" (the figures above are suspect). */
+std::string quiet(const std::vector<std::optional<double>>& cores) {
+  bool any = false;
+  for (const auto& c : cores) {
+    if (!c) continue;
+    any = true;
+    if (*c >= 0.25) return "NOISY";
+  }
+  return any ? "quiet" : "-";
+}
+
+bool readJson(const std::string& path, json* out) {
+  if (path.empty()) return false;
+  std::ifstream file(path);
+  if (!file) {
+    std::cerr << "bench_report: cannot read " << path << "\n";
+    return false;
+  }
+  try {
+    *out = json::parse(file);
+    return true;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_report: " << path << ": " << e.what() << "\n";
+    return false;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string stream_path, full_sync_path, out_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) {
+      std::cerr << "usage: bench_report [--stream FILE] [--full-sync FILE] [--json OUT]\n";
+      return 2;
+    }
+    if (arg == "--stream") {
+      stream_path = argv[++i];
+    } else if (arg == "--full-sync") {
+      full_sync_path = argv[++i];
+    } else if (arg == "--json") {
+      out_path = argv[++i];
+    } else {
+      std::cerr << "bench_report: unknown option " << arg << "\n";
+      return 2;
+    }
+  }
+  json stream, full;
+  const bool have_stream = readJson(stream_path, &stream);
+  const bool have_full = readJson(full_sync_path, &full);
+
+  std::vector<Row> rows;
+  std::vector<std::string> not_run;
+  const std::vector<std::string> consumers = {"native", "agent_clamp_on", "agent_clamp_off"};
+
+  if (have_stream && stream.contains("drain")) {
+    const json& d = stream["drain"];
+    const json& m = d["median"];
+    const auto runs = d.contains("runs") ? d["runs"].size() : 0;
+    const std::string head = "drain " + thousands(num(d, {"ops"})) + " SET PXAT";
+    const auto on = num(m, {"ratio_on"});
+    const auto off = num(m, {"ratio_off"});
+    rows.push_back({head + ": ops/s (median of " + std::to_string(runs) + ")",
+                    thousands(num(m, {"native", "ops_per_s"})),
+                    thousands(num(m, {"agent_clamp_on", "ops_per_s"})),
+                    thousands(num(m, {"agent_clamp_off", "ops_per_s"})), fmt(on, 2), fmt(off, 2),
+                    "agent/native >= 0.8 (aim 0.95)", verdictOf({on, off}, false, 0.8)});
+    auto ratio = [](std::optional<double> a, std::optional<double> n) -> std::optional<double> {
+      if (!a || !n || *n <= 0) return std::nullopt;
+      return *a / *n;
+    };
+    {
+      const auto n = num(m, {"native", "cpu_s_per_million"});
+      const auto a = num(m, {"agent_clamp_on", "cpu_s_per_million"});
+      const auto b = num(m, {"agent_clamp_off", "cpu_s_per_million"});
+      rows.push_back({"drain: consumer CPU s per 1M events", fmt(n, 2), fmt(a, 2), fmt(b, 2),
+                      fmt(ratio(a, n), 2), fmt(ratio(b, n), 2), "", ""});
+      rows.push_back({"drain: + the agent's target redis CPU s/1M", "",
+                      fmt(num(m, {"agent_clamp_on", "target_cpu_s_per_million"}), 2),
+                      fmt(num(m, {"agent_clamp_off", "target_cpu_s_per_million"}), 2), "", "", "",
+                      ""});
+    }
+    rows.push_back({"drain: other load on the machine, cores (max)",
+                    fmt(num(m, {"native", "foreign_cores_max"}), 2),
+                    fmt(num(m, {"agent_clamp_on", "foreign_cores_max"}), 2),
+                    fmt(num(m, {"agent_clamp_off", "foreign_cores_max"}), 2), "", "",
+                    "~0 (a quiet machine)",
+                    quiet({num(m, {"native", "foreign_cores_max"}),
+                           num(m, {"agent_clamp_on", "foreign_cores_max"}),
+                           num(m, {"agent_clamp_off", "foreign_cores_max"})})});
+    rows.push_back({"drain: consumer peak RSS (VmHWM) MiB",
+                    fmt(num(m, {"native", "vmhwm_bytes"}), 1, 1.0 / 1048576),
+                    fmt(num(m, {"agent_clamp_on", "vmhwm_bytes"}), 1, 1.0 / 1048576),
+                    fmt(num(m, {"agent_clamp_off", "vmhwm_bytes"}), 1, 1.0 / 1048576), "", "", "",
+                    ""});
+  } else {
+    not_run.push_back("drain");
+  }
+
+  if (have_stream && stream.contains("lag")) {
+    const json& l = stream["lag"];
+    const std::string head =
+        "lag " + thousands(num(l, {"rate"})) + "/s " + fmt(num(l, {"seconds"}), 0) + " s";
+    struct Q {
+      const char* key;
+      const char* label;
+    };
+    for (const Q& q : {Q{"p50_ms", "p50 ms"}, Q{"p99_ms", "p99 ms"}, Q{"p999_ms", "p99.9 ms"},
+                       Q{"max_ms", "max ms"}}) {
+      const auto n = num(l, {"native", q.key});
+      const auto a = num(l, {"agent_clamp_on", q.key});
+      const auto b = num(l, {"agent_clamp_off", q.key});
+      const bool p99 = std::string(q.key) == "p99_ms";
+      rows.push_back({head + ": " + q.label, fmt(n, 2), fmt(a, 2), fmt(b, 2), "", "",
+                      p99 ? "agent p99 <= 5 ms" : "", p99 ? verdictOf({a, b}, true, 5.0) : ""});
+    }
+    auto seen = [&](const std::string& c) {
+      const auto s = num(l, {c, "seen"});
+      const auto t = num(l, {c, "sent"});
+      return thousands(s) + "/" + thousands(t);
+    };
+    bool all = true;
+    for (const auto& c : consumers) {
+      const auto s = num(l, {c, "seen"});
+      const auto t = num(l, {c, "sent"});
+      all = all && s && t && *s == *t && *t > 0;
+    }
+    rows.push_back(
+        {head + ": other load on the machine, cores", fmt(num(l, {"native", "foreign_cores"}), 2),
+         fmt(num(l, {"agent_clamp_on", "foreign_cores"}), 2),
+         fmt(num(l, {"agent_clamp_off", "foreign_cores"}), 2), "", "", "~0 (a quiet machine)",
+         quiet({num(l, {"native", "foreign_cores"}), num(l, {"agent_clamp_on", "foreign_cores"}),
+                num(l, {"agent_clamp_off", "foreign_cores"})})});
+    rows.push_back({head + ": writes seen/sent", seen("native"), seen("agent_clamp_on"),
+                    seen("agent_clamp_off"), "", "", "all", all ? "met" : "MISSED"});
+  } else {
+    not_run.push_back("lag");
+  }
+
+  if (have_full && full.contains("median")) {
+    const json& m = full["median"];
+    const auto on = num(m, {"on", "ratio"});
+    const auto off = num(m, {"off", "ratio"});
+    const auto runs = full.contains("runs") ? full["runs"].size() : 0;
+    rows.push_back({"full sync " + thousands(num(full, {"keys"})) + " mixed: s (median of " +
+                        std::to_string(runs) + ")",
+                    fmt(num(m, {"native_s"}), 3), fmt(num(m, {"on", "agent_s"}), 3),
+                    fmt(num(m, {"off", "agent_s"}), 3), fmt(on, 2), fmt(off, 2),
+                    "agent/native <= 1.5", verdictOf({on, off}, true, 1.5)});
+    rows.push_back(
+        {"full sync: other load on the machine, cores (max)",
+         fmt(num(m, {"native_foreign_cores_max"}), 2), fmt(num(m, {"on", "foreign_cores_max"}), 2),
+         fmt(num(m, {"off", "foreign_cores_max"}), 2), "", "", "~0 (a quiet machine)",
+         quiet({num(m, {"native_foreign_cores_max"}), num(m, {"on", "foreign_cores_max"}),
+                num(m, {"off", "foreign_cores_max"})})});
+    rows.push_back({"full sync: agent peak RSS (VmHWM) MiB", "",
+                    fmt(num(m, {"on", "vmhwm_bytes"}), 1, 1.0 / 1048576),
+                    fmt(num(m, {"off", "vmhwm_bytes"}), 1, 1.0 / 1048576), "", "", "", ""});
+  } else {
+    not_run.push_back("fullsync");
+  }
+
+  if (have_stream && stream.contains("cost")) {
+    const json& c = stream["cost"];
+    const std::string head = "cost";
+    const std::string n = thousands(num(c, {"ops_per_phase"}));
+    const std::string n2 = thousands(
+        num(c, {"ops_per_phase"}) ? std::optional(2 * *num(c, {"ops_per_phase"})) : std::nullopt);
+    auto three = [&](const std::string& key, int precision, double scale) {
+      return std::vector<std::string>{fmt(num(c, {"native", key}), precision, scale),
+                                      fmt(num(c, {"agent_clamp_on", key}), precision, scale),
+                                      fmt(num(c, {"agent_clamp_off", key}), precision, scale)};
+    };
+    auto v = three("cpu_s_per_million_second", 2, 1.0);
+    rows.push_back(
+        {head + ": CPU s per 1M events (2nd " + n + ")", v[0], v[1], v[2], "", "", "", ""});
+    v = three("rss_empty_bytes", 1, 1.0 / 1048576);
+    rows.push_back({head + ": RSS caught up, empty index MiB", v[0], v[1], v[2], "", "", "", ""});
+    v = three("rss_growth_first_per_million", 1, 1e-6);
+    rows.push_back(
+        {head + ": RSS growth B/deadline, first " + n, v[0], v[1], v[2], "", "", "", ""});
+    const auto g_on = num(c, {"agent_clamp_on", "rss_growth_second_per_million"});
+    const auto g_off = num(c, {"agent_clamp_off", "rss_growth_second_per_million"});
+    v = three("rss_growth_second_per_million", 1, 1e-6);
+    rows.push_back({head + ": RSS growth B/deadline, 2nd " + n, v[0] + " (data)", v[1], v[2], "",
+                    "", "agent <= 32 B",
+                    verdictOf({g_on ? std::optional(*g_on / 1e6) : std::nullopt,
+                               g_off ? std::optional(*g_off / 1e6) : std::nullopt},
+                              true, 32.0)});
+    const auto b_on = num(c, {"agent_clamp_on", "index_bytes_per_entry"});
+    const auto b_off = num(c, {"agent_clamp_off", "index_bytes_per_entry"});
+    rows.push_back({head + ": expiry index B/entry (gauges, " + n2 + ")", "", fmt(b_on, 1),
+                    fmt(b_off, 1), "", "", b_on || b_off ? "<= 32 B" : "gauges absent",
+                    verdictOf({b_on, b_off}, true, 32.0)});
+    v = three("foreign_cores_max", 2, 1.0);
+    rows.push_back({head + ": other load on the machine, cores (max)", v[0], v[1], v[2], "", "",
+                    "~0 (a quiet machine)",
+                    quiet({num(c, {"native", "foreign_cores_max"}),
+                           num(c, {"agent_clamp_on", "foreign_cores_max"}),
+                           num(c, {"agent_clamp_off", "foreign_cores_max"})})});
+    v = three("vmhwm_bytes", 1, 1.0 / 1048576);
+    rows.push_back({head + ": peak RSS (VmHWM) MiB, " + n2 + " deadlines", v[0] + " (data)", v[1],
+                    v[2], "", "", "", ""});
+  } else {
+    not_run.push_back("cost");
+  }
+
+  const Row header = {"benchmark / metric", "native",     "agent clamp on", "agent clamp off",
+                      "on/native",          "off/native", "target",         "verdict"};
+  std::vector<size_t> width(8, 0);
+  auto fields = [](const Row& r) {
+    return std::vector<const std::string*>{&r.metric,   &r.native,    &r.on,     &r.off,
+                                           &r.ratio_on, &r.ratio_off, &r.target, &r.verdict};
+  };
+  for (const Row* r : {&header}) {
+    auto f = fields(*r);
+    for (size_t i = 0; i < f.size(); ++i) width[i] = std::max(width[i], f[i]->size());
+  }
+  for (const auto& r : rows) {
+    auto f = fields(r);
+    for (size_t i = 0; i < f.size(); ++i) width[i] = std::max(width[i], f[i]->size());
+  }
+  auto print = [&](const Row& r) {
+    auto f = fields(r);
+    std::string line = "|";
+    for (size_t i = 0; i < f.size(); ++i) {
+      const std::string& s = *f[i];
+      const std::string pad(width[i] - s.size(), ' ');
+      line += " " + (i == 0 || i >= 6 ? s + pad : pad + s) + " |";
+    }
+    std::cout << line << "\n";
+  };
+  print(header);
+  std::string rule = "|";
+  for (size_t w : width) rule += std::string(w + 2, '-') + "|";
+  std::cout << rule << "\n";
+  for (const auto& r : rows) print(r);
+  if (!not_run.empty()) {
+    std::cout << "not run:";
+    for (const auto& n : not_run) std::cout << " " << n;
+    std::cout << "\n";
+  }
+  if (have_stream) {
+    std::cout << "machine: " << stream.value("cpus", 0) << " CPUs, redis "
+              << stream.value("redis_version", std::string("?")) << ", agent "
+              << stream.value("agent_binary", std::string("?")) << "\n";
+  }
+
+  if (!out_path.empty()) {
+    json table = json::array();
+    for (const auto& r : rows) {
+      table.push_back({{"metric", r.metric},
+                       {"native", r.native},
+                       {"agent_clamp_on", r.on},
+                       {"agent_clamp_off", r.off},
+                       {"ratio_on", r.ratio_on},
+                       {"ratio_off", r.ratio_off},
+                       {"target", r.target},
+                       {"verdict", r.verdict}});
+    }
+    json out = {{"unix_time", static_cast<long long>(std::time(nullptr))},
+                {"table", table},
+                {"stream", have_stream ? stream : json(nullptr)},
+                {"full_sync", have_full ? full : json(nullptr)}};
+    std::ofstream file(out_path);
+    file << out.dump(2) << "\n";
+    if (!file) {
+      std::cerr << "bench_report: cannot write " << out_path << "\n";
+      return 1;
+    }
+    std::cout << "JSON: " << out_path << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds (Release, build-bench at the repository root, -j2) and runs every benchmark, then prints
+# ONE table (stdout) and writes it with every measurement as JSON (default build-bench/bench.json).
+# Progress and each benchmark's own output go to stderr. Each agent figure is measured with the
+# target's maxTTL clamp on and off, each native figure (a redis-server replica, REPLICAOF) in the
+# same run on the same machine.
+#
+#   drain     1M SET PXAT written while the consumer is SIGSTOPped, then the time to apply them
+#             (stream_bench; --runs runs, medians)
+#   lag       a paced 50,000 writes/s for 30 s: p50/p99/max source-write -> target-visible
+#             (stream_bench, keyspace notifications on the target)
+#   fullsync  full sync of 1M keys of mixed types (full_sync_bench --maxttl both)
+#   cost      CPU s per million events, peak RSS, RSS growth per million tracked deadlines and
+#             the agent's expiry-index gauges (stream_bench, 2 x 1M deadlines)
+#
+# Options (all optional):
+#   --only LIST        drain,lag,fullsync,cost (comma-separated or repeated; default all)
+#   --runs R           drain and full-sync runs (default 3)
+#   --ops N            commands of one drain (default 1000000)
+#   --keys N           full-sync keys (default 1000000)
+#   --lag-seconds S    (default 30)      --lag-rate W   writes/s (default 50000)
+#   --value-size B     drain/lag values (default 256)
+#   --timeout S        bound on each drain / full sync
+#   --agent PATH       another xdcr-agent binary (default: build-bench's)
+#   --json FILE        combined results (default: $BUILD_DIR/bench.json)
+#   --quiet-wait S     before each measurement wait for other processes to leave the machine,
+#                      at most S seconds in all per benchmark program (default 120; 0 = never)
+#   --no-build         use what build-bench holds
+# Environment: BUILD_DIR (default build-bench), BUILD_JOBS (default 2).
+# Every redis-server and agent is a child of a benchmark, stopped by PID, also on failure or
+# Ctrl-C. Default runtime on a quiet 2-core machine: about 5.5 minutes plus the build (each
+# measurement adds a 1 s quiet check; on a busy one up to 2 x --quiet-wait more).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+build="${BUILD_DIR:-$root/build-bench}"
+json="$build/bench.json"
+only=""
+build_it=1
+quiet_wait=120
+stream_args=()
+full_args=()
+
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" >&2; exit 2; }
+need() { [[ $# -ge 2 ]] || { echo "run.sh: $1 needs a value" >&2; exit 2; }; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --only) need "$@"; only="${only:+$only,}$2"; shift 2 ;;
+    --runs|--timeout|--agent) need "$@"; stream_args+=("$1" "$2"); full_args+=("$1" "$2"); shift 2 ;;
+    --ops|--lag-seconds|--lag-rate|--value-size) need "$@"; stream_args+=("$1" "$2"); shift 2 ;;
+    --keys) need "$@"; full_args+=("$1" "$2"); shift 2 ;;
+    --json) need "$@"; json="$2"; shift 2 ;;
+    --quiet-wait) need "$@"; quiet_wait="$2"; shift 2 ;;
+    --no-build) build_it=0; shift ;;
+    -h|--help) usage ;;
+    *) echo "run.sh: unknown option $1" >&2; usage ;;
+  esac
+done
+only="${only:-drain,lag,fullsync,cost}"
+stream_parts=""
+run_full=0
+IFS=',' read -r -a parts <<<"$only"
+for part in "${parts[@]}"; do
+  case "$part" in
+    drain|lag|cost) stream_parts="${stream_parts:+$stream_parts,}$part" ;;
+    fullsync) run_full=1 ;;
+    *) echo "run.sh: --only takes drain, lag, fullsync, cost (not '$part')" >&2; exit 2 ;;
+  esac
+done
+
+started=$SECONDS
+say() { echo "[run.sh $((SECONDS - started)) s] $*" >&2; }
+
+if [[ $build_it -eq 1 ]]; then
+  say "building in $build (Release, -j${BUILD_JOBS:-2})"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXDCR_BUILD_TESTS=ON \
+    -DXDCR_BUILD_BENCH=ON >/dev/null
+  # 2 cores, and the heavy Asio TUs need ~1 GiB each: two jobs (as scripts/build.sh).
+  cmake --build "$build" -j "${BUILD_JOBS:-2}" --target stream_bench full_sync_bench bench_report \
+    xdcr-agent >&2
+fi
+
+# The benchmarks share the machine: say so when something else is using it (each measurement
+# also reports the other processes' load, and the table flags NOISY figures).
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9; exit}' /proc/stat; }
+b0=$(busy); sleep 2; b1=$(busy)
+other=$(awk -v d=$((b1 - b0)) -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", d / hz / 2}')
+say "load on the machine before starting: $other cores busy"
+if awk -v o="$other" 'BEGIN{exit !(o >= 0.25)}'; then
+  say "WARNING: the machine is not idle; the figures will be noisy (see the 'other load' rows)"
+fi
+
+mkdir -p "$(dirname "$json")"
+stream_json="$build/bench-stream.json"
+full_json="$build/bench-full-sync.json"
+rm -f "$stream_json" "$full_json"  # never fold an older run's results into this table
+status=0
+if [[ -n "$stream_parts" ]]; then
+  say "stream_bench --only $stream_parts ${stream_args[*]}"
+  "$build/bench/stream_bench" --only "$stream_parts" --json "$stream_json" \
+    --quiet-wait "$quiet_wait" "${stream_args[@]}" >&2 || status=1
+fi
+if [[ $run_full -eq 1 ]]; then
+  say "full_sync_bench --maxttl both ${full_args[*]}"
+  "$build/bench/full_sync_bench" --maxttl both --json "$full_json" --quiet-wait "$quiet_wait" \
+    "${full_args[@]}" >&2 || status=1
+fi
+say "done; the table:"
+report_args=(--json "$json")
+[[ -f "$stream_json" ]] && report_args+=(--stream "$stream_json")
+[[ -f "$full_json" ]] && report_args+=(--full-sync "$full_json")
+"$build/bench/bench_report" "${report_args[@]}" || status=1
+[[ $status -eq 0 ]] || echo "run.sh: a benchmark reported an error (see above and the JSON)" >&2
+exit $status

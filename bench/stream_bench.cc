@@ -1,0 +1,923 @@
+// Stream benchmarks (measurements, not tests): the agent against a native Redis replica of the
+// same source, on the same machine, in the same run. Three consumers are measured each time:
+//   native     a fresh redis-server, REPLICAOF the source (Redis defaults);
+//   agent-on   the agent, the target's maxTTL clamp ON: collections key:* and lag:* with
+//              max_ttl 10m, shorter than the 1 h deadlines written, so every write is clamped;
+//   agent-off  the agent, no buckets: no clamp.
+// Every measurement gets a fresh source and a fresh consumer (no full sync of earlier data); the
+// consumer is shown to stream (agent: /readyz 200; native: master_link_status:up; both: a warm-up
+// key written on the source is seen on the target) before anything is timed.
+//
+//   drain  N x `SET key:<i> <value> PXAT <now+1h>` (distinct keys, pipelined 256 a batch) and a
+//          sentinel key last, written while the consumer is SIGSTOPped; then SIGCONT and the time
+//          until the sentinel exists on the target (EXISTS every 1 ms; both consumers apply in
+//          order). ops/s = N / that time; also the consumer's CPU seconds (utime+stime, delta over
+//          the drain) per million events and its peak RSS (VmHWM). R runs, the order of the three
+//          consumers rotated each run; medians and every run.
+//   lag    a paced load (RATE/1000 commands every 1 ms, `SET lag:<seq> <value> PXAT <now+1h>`) for
+//          S seconds; the target's keyspace notifications (notify-keyspace-events K$, PSUBSCRIBE
+//          __keyspace@0__:lag:* on its own connection and thread) give each key's visibility
+//          time; lag = visibility - send time of its batch, one steady clock. p50/p90/p99/p99.9/
+//          max, and how many writes were seen (all must be).
+//   cost   the drain twice on one consumer (keys 0..N-1, then N..2N-1): CPU s per million events
+//          of each phase, VmRSS once caught up on an empty expiry index, after N and after 2N
+//          tracked deadlines (each read 2 s after the drain, past a checkpoint), hence RSS growth
+//          per million deadlines (the second million with the buffers already grown), the peak
+//          RSS, and the agent's xdcr_expiry_index_entries / _bytes gauges when it exports them.
+//
+// Every process is a child stopped by its PID (RAII, also on errors and on SIGINT/SIGTERM;
+// PR_SET_PDEATHSIG if this process is killed); a SIGSTOPped consumer is SIGCONTed on the way out.
+//
+//   stream_bench [--only drain,lag,cost] [--ops N] [--runs R] [--lag-seconds S] [--lag-rate W]
+//                [--value-size B] [--json FILE] [--agent PATH] [--timeout S] [--quiet-wait S]
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "tests/support/harness.h"
+
+namespace xdcr::bench {
+namespace {
+
+using namespace std::chrono_literals;
+using test::AgentProcess;
+using test::RedisServer;
+using test::RespClient;
+using test::RespValue;
+using test::TempDir;
+
+#ifndef XDCR_AGENT_BINARY
+#error "XDCR_AGENT_BINARY must be defined by bench/CMakeLists.txt"
+#endif
+
+constexpr int64_t kHourMs = 3600 * 1000;
+constexpr int64_t kClampS = 600;  // the clamp-on collections' max_ttl: 10 min < the 1 h deadlines
+constexpr size_t kBatch = 256;    // commands per pipelined round trip of the load writer
+constexpr const char* kPipeline = "p";
+
+std::string defaultAgent() {
+  const char* from_env = std::getenv("XDCR_AGENT_BINARY");
+  return from_env != nullptr && *from_env != '\0' ? from_env : XDCR_AGENT_BINARY;
+}
+
+struct Options {
+  std::set<std::string> only = {"drain", "lag", "cost"};
+  int64_t ops = 1000000;
+  int runs = 3;
+  int lag_seconds = 30;
+  int64_t lag_rate = 50000;
+  size_t value_size = 256;
+  std::string json_path;
+  std::string agent = defaultAgent();
+  int timeout_s = 300;
+  int quiet_wait_s = 0;
+  bool wants(const std::string& part) const { return only.count(part) > 0; }
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  if (!error.empty()) {
+    std::cerr << "stream_bench: " << error << "\n";
+  }
+  std::cerr
+      << "usage: stream_bench [--only drain,lag,cost] [--ops N] [--runs R] [--lag-seconds S]\n"
+         "                    [--lag-rate W] [--value-size B] [--json FILE] [--agent PATH]\n"
+         "                    [--timeout S] [--quiet-wait S]\n"
+         "  --only LIST       parts to run, comma-separated or repeated (default all)\n"
+         "  --ops N           commands of one drain (default 1000000); cost drains 2 x N\n"
+         "  --runs R          drain runs of each consumer (default 3); medians reported\n"
+         "  --lag-seconds S   length of the paced load (default 30)\n"
+         "  --lag-rate W      writes per second of the paced load (default 50000)\n"
+         "  --value-size B    bytes of each value (default 256)\n"
+         "  --json FILE       also write the results as JSON\n"
+         "  --agent PATH      the xdcr-agent binary (default: $XDCR_AGENT_BINARY, else this\n"
+         "                    build's)\n"
+         "  --timeout S       bound on each drain / on the lag load's tail (default 300)\n"
+         "  --quiet-wait S    before each measurement, wait for other processes to leave the\n"
+         "                    machine (< 0.25 cores), at most S seconds in all (default 0)\n";
+  std::exit(2);
+}
+
+Options parseOptions(int argc, char** argv) {
+  Options options;
+  bool only_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        usage(arg + " needs a value");
+      }
+      return argv[++i];
+    };
+    try {
+      if (arg == "--only") {
+        if (!only_given) {
+          options.only.clear();
+          only_given = true;
+        }
+        std::stringstream list(value());
+        std::string part;
+        while (std::getline(list, part, ',')) {
+          if (part != "drain" && part != "lag" && part != "cost") {
+            usage("--only takes drain, lag or cost (full sync is full_sync_bench)");
+          }
+          options.only.insert(part);
+        }
+      } else if (arg == "--ops") {
+        options.ops = std::stoll(value());
+      } else if (arg == "--runs") {
+        options.runs = std::stoi(value());
+      } else if (arg == "--lag-seconds") {
+        options.lag_seconds = std::stoi(value());
+      } else if (arg == "--lag-rate") {
+        options.lag_rate = std::stoll(value());
+      } else if (arg == "--value-size") {
+        options.value_size = static_cast<size_t>(std::stoul(value()));
+      } else if (arg == "--json") {
+        options.json_path = value();
+      } else if (arg == "--agent") {
+        options.agent = value();
+      } else if (arg == "--timeout") {
+        options.timeout_s = std::stoi(value());
+      } else if (arg == "--quiet-wait") {
+        options.quiet_wait_s = std::stoi(value());
+      } else if (arg == "-h" || arg == "--help") {
+        usage("");
+      } else {
+        usage("unknown option " + arg);
+      }
+    } catch (const std::logic_error&) {
+      usage("bad number for " + arg);
+    }
+  }
+  if (options.ops <= 0 || options.runs <= 0 || options.lag_seconds <= 0 || options.lag_rate <= 0 ||
+      options.lag_rate > 1000000 || options.timeout_s <= 0 || options.value_size == 0 ||
+      options.value_size > 1000000) {
+    usage(
+        "--ops, --runs, --lag-seconds, --timeout must be > 0, --lag-rate in 1..1000000, "
+        "--value-size in 1..1000000");
+  }
+  return options;
+}
+
+// ---- consumers ----
+
+enum class Kind { Native, AgentOn, AgentOff };
+constexpr std::array<Kind, 3> kKinds = {Kind::Native, Kind::AgentOn, Kind::AgentOff};
+
+std::string kindName(Kind kind) {
+  switch (kind) {
+    case Kind::Native:
+      return "native";
+    case Kind::AgentOn:
+      return "agent_clamp_on";
+    case Kind::AgentOff:
+      return "agent_clamp_off";
+  }
+  return "?";
+}
+
+/** A source redis-server as the benchmarks need it. */
+std::unique_ptr<RedisServer> startSource() {
+  // Diskless syncs that start at once (Debian's default delay is 5 s); a backlog that holds a
+  // whole drain; a stopped consumer's output buffer is never cut off.
+  auto source = std::make_unique<RedisServer>(
+      std::vector<std::string>{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+                               "--repl-backlog-size", "1gb"},
+      std::chrono::seconds(30));
+  RespClient client = source->client(30s);
+  RespValue reply =
+      client.command({"CONFIG", "SET", "client-output-buffer-limit", "replica 0 0 0"});
+  if (reply.isError()) {
+    throw std::runtime_error("CONFIG SET client-output-buffer-limit: " + reply.toString());
+  }
+  return source;
+}
+
+/**
+ * One consumer of a source, streaming: a native replica (the target is the replica itself), or
+ * the agent with a fresh target and state_dir. The members are declared so that the agent is
+ * stopped first, then the target, then the directory is removed.
+ */
+class Consumer {
+ public:
+  Consumer(Kind kind, RedisServer& source, const Options& options) : kind_(kind) {
+    target_ = std::make_unique<RedisServer>(std::vector<std::string>{}, std::chrono::seconds(30));
+    if (kind_ == Kind::Native) {
+      RespClient client = target_->client(30s);
+      RespValue reply = client.command({"REPLICAOF", "127.0.0.1", std::to_string(source.port())});
+      if (reply.isError()) {
+        throw std::runtime_error("REPLICAOF: " + reply.toString());
+      }
+      waitFor("the native replica's link", 60s, [&] {
+        auto info = client.info("replication");
+        return info["master_link_status"] == "up" && info["master_sync_in_progress"] == "0";
+      });
+    } else {
+      dir_ = std::make_unique<TempDir>("xdcr-bench");
+      admin_ = "127.0.0.1:" + std::to_string(test::freePort());
+      std::vector<test::BucketSpec> buckets;
+      if (kind_ == Kind::AgentOn) {
+        buckets = {{0, 0, {{"bench", "key:*", kClampS}, {"lag", "lag:*", kClampS}}}};
+      }
+      std::string yaml =
+          test::pipelineConfigYaml(dir_->file("state"), source.port(), target_->port(), buckets);
+      const std::string head = "agent:\n";
+      if (yaml.rfind(head, 0) != 0) {
+        throw std::runtime_error("unexpected pipelineConfigYaml output");
+      }
+      yaml.insert(head.size(), "  admin_listen: \"" + admin_ + "\"\n");
+      const std::string config = dir_->file("xdcr.yaml");
+      test::writeFileText(config, yaml);
+      agent_ = std::make_unique<AgentProcess>(config, dir_->file("agent.log"),
+                                              std::vector<std::string>{}, options.agent);
+      waitFor("the agent's /readyz", 60s,
+              [&] { return httpGet(admin_, "/readyz", 2s).first == 200; });
+    }
+    // Streaming, shown end to end: a key written on the source now reaches the target.
+    RespClient src = source.client(30s);
+    RespClient dst = target_->client(30s);
+    src.command({"SET", "warmup", "1"});
+    waitFor("the warm-up key on the target", 30s, [&] {
+      return dst.command({"EXISTS", "warmup"}).integer() == 1;
+    });
+  }
+
+  Kind kind() const { return kind_; }
+  bool isAgent() const { return kind_ != Kind::Native; }
+  /** The process that consumes the stream: the agent, or the native replica. */
+  pid_t pid() const { return agent_ ? agent_->pid() : target_->pid(); }
+  RedisServer& target() { return *target_; }
+
+  /** Throws with the agent's log tail if it has ended. */
+  void checkAlive() {
+    if (agent_ && !agent_->running()) {
+      throw std::runtime_error("the agent " + agent_->describeState() + "\n" + agent_->logTail(30));
+    }
+    if (!target_->running()) {
+      throw std::runtime_error("the target/replica redis-server ended\n" + target_->logTail(20));
+    }
+  }
+  std::string logTail() const { return agent_ ? agent_->logTail(30) : target_->logTail(20); }
+  /** The agent's /metrics, "" for a native replica or when it cannot be read. */
+  std::string metrics() const {
+    if (!agent_) {
+      return "";
+    }
+    auto [status, body] = httpGet(admin_, "/metrics", 5s);
+    return status == 200 ? body : "";
+  }
+
+ private:
+  template <class Pred>
+  void waitFor(const std::string& what, std::chrono::milliseconds timeout, Pred pred) {
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      checkInterrupted();
+      checkAlive();
+      if (pred()) {
+        return;
+      }
+      if (Clock::now() > deadline) {
+        throw std::runtime_error("timed out waiting for " + what + "\n" + logTail());
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  Kind kind_;
+  std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<RedisServer> target_;
+  std::string admin_;
+  std::unique_ptr<AgentProcess> agent_;
+};
+
+// ---- the load ----
+
+std::string makeValue(size_t size) {
+  std::string value(size, 'x');
+  uint64_t state = 0x9e3779b97f4a7c15ULL;
+  for (auto& c : value) {  // printable, not compressible: as an application's payload
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    c = static_cast<char>('!' + (state >> 58));
+  }
+  return value;
+}
+
+/** SET <prefix><i> value PXAT <now+1h> for i in [first, first+count), pipelined, then SET
+ * sentinel 1. Returns the seconds it took. */
+double writeLoad(uint16_t port, int64_t first, int64_t count, const std::string& value,
+                 const std::string& sentinel) {
+  PipelinedWriter writer(port, 30s);
+  const auto start = Clock::now();
+  std::string batch;
+  batch.reserve(kBatch * (value.size() + 80));
+  for (int64_t i = first; i < first + count;) {
+    checkInterrupted();
+    batch.clear();
+    const std::string deadline = std::to_string(test::unixTimeMs() + kHourMs);
+    size_t n = 0;
+    for (; n < kBatch && i < first + count; ++n, ++i) {
+      const std::string key = "key:" + std::to_string(i);
+      appendCommand(batch, {"SET", key, value, "PXAT", deadline});
+    }
+    writer.roundTrip(batch, n);
+  }
+  batch.clear();
+  appendCommand(batch, {"SET", sentinel, "1"});
+  writer.roundTrip(batch, 1);
+  if (writer.errors() > 0) {
+    throw std::runtime_error("the source refused " + std::to_string(writer.errors()) +
+                             " writes: " + writer.firstError());
+  }
+  return secondsSince(start);
+}
+
+// ---- drain ----
+
+struct Phase {
+  int64_t first = 0;
+  int64_t count = 0;
+  double write_s = 0;
+  double drain_s = 0;
+  std::optional<double> cpu_s;
+  std::optional<double> target_cpu_s;   // the agent's target redis-server (agent consumers only)
+  std::optional<double> source_cpu_s;   // the source redis-server, over the drain
+  std::optional<double> foreign_cores;  // other processes' CPU during the drain (ForeignLoad)
+  std::optional<double> rss_before;     // VmRSS before the load (settled)
+  std::optional<double> rss_after;      // VmRSS after the drain (settled, in cost mode)
+  std::optional<double> hwm;            // VmHWM after the drain
+  std::optional<double> index_entries;
+  std::optional<double> index_bytes;
+  std::optional<double> clamped_total;
+  std::optional<int64_t> deadline_shift_ms;  // target PEXPIRETIME - source's, of the last key
+
+  double opsPerSecond() const { return drain_s > 0 ? static_cast<double>(count) / drain_s : 0; }
+  std::optional<double> cpuPerMillion() const {
+    if (!cpu_s) return std::nullopt;
+    return *cpu_s / (static_cast<double>(count) / 1e6);
+  }
+  nlohmann::json toJson() const {
+    return {
+        {"first_key", first},
+        {"ops", count},
+        {"write_s", write_s},
+        {"drain_s", drain_s},
+        {"ops_per_s", opsPerSecond()},
+        {"cpu_s", jsonOrNull(cpu_s)},
+        {"cpu_s_per_million", jsonOrNull(cpuPerMillion())},
+        {"target_cpu_s", jsonOrNull(target_cpu_s)},
+        {"source_cpu_s", jsonOrNull(source_cpu_s)},
+        {"foreign_cores", jsonOrNull(foreign_cores)},
+        {"target_cpu_s_per_million",
+         jsonOrNull(target_cpu_s ? std::optional(*target_cpu_s / (count / 1e6)) : std::nullopt)},
+        {"rss_before_bytes", jsonOrNull(rss_before)},
+        {"rss_after_bytes", jsonOrNull(rss_after)},
+        {"vmhwm_bytes", jsonOrNull(hwm)},
+        {"expiry_index_entries", jsonOrNull(index_entries)},
+        {"expiry_index_bytes", jsonOrNull(index_bytes)},
+        {"expiry_clamped_total", jsonOrNull(clamped_total)},
+        {"deadline_shift_ms",
+         deadline_shift_ms ? nlohmann::json(*deadline_shift_ms) : nlohmann::json(nullptr)}};
+  }
+};
+
+void readAgentGauges(Consumer& consumer, Phase& phase) {
+  const std::string text = consumer.metrics();
+  const std::string label = std::string("pipeline=\"") + kPipeline + "\"";
+  phase.index_entries = metricValue(text, "xdcr_expiry_index_entries", label);
+  phase.index_bytes = metricValue(text, "xdcr_expiry_index_bytes", label);
+  phase.clamped_total = metricValue(text, "xdcr_expiry_clamped_total", label);
+}
+
+/**
+ * One drain on a streaming consumer: keys [first, first+count) written while it is stopped,
+ * then the time from SIGCONT until the sentinel is on the target. `settle`: wait 2 s before the
+ * RSS readings (a checkpoint happens in between), as the cost part does.
+ */
+Phase drainPhase(RedisServer& source, Consumer& consumer, int64_t first, int64_t count,
+                 const std::string& value, const Options& options, bool settle) {
+  Phase phase;
+  phase.first = first;
+  phase.count = count;
+  const pid_t pid = consumer.pid();
+  const std::string sentinel = "sentinel:" + std::to_string(first);
+  if (settle) {
+    sleepFor(2s);
+  }
+  phase.rss_before = statusBytes(pid, "VmRSS");
+  RespClient poll = consumer.target().client(10s);
+  const pid_t target_pid = consumer.target().pid();
+  std::optional<double> cpu0;
+  std::optional<double> target_cpu0;
+  std::optional<double> source_cpu0;
+  Clock::time_point start;
+  {
+    StoppedProcess stopped(pid);
+    phase.write_s = writeLoad(source.port(), first, count, value, sentinel);
+    cpu0 = cpuSeconds(pid);
+    target_cpu0 = cpuSeconds(target_pid);
+    source_cpu0 = cpuSeconds(source.pid());
+    start = Clock::now();
+    stopped.resume();
+  }
+  const ForeignLoad foreign({pid, target_pid, source.pid()});
+  const auto deadline = start + std::chrono::seconds(options.timeout_s);
+  for (uint64_t polls = 0;; ++polls) {
+    if (poll.command({"EXISTS", sentinel}).integer() == 1) {
+      break;
+    }
+    if (polls % 256 == 0) {
+      checkInterrupted();
+      consumer.checkAlive();
+    }
+    if (Clock::now() > deadline) {
+      throw std::runtime_error("the sentinel " + sentinel + " is not on the target after " +
+                               std::to_string(options.timeout_s) + " s\n" + consumer.logTail());
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  phase.drain_s = secondsSince(start);
+  phase.foreign_cores = foreign.cores();
+  const auto cpu1 = cpuSeconds(pid);
+  if (cpu0 && cpu1) {
+    phase.cpu_s = *cpu1 - *cpu0;
+  }
+  const auto target_cpu1 = cpuSeconds(target_pid);
+  const auto source_cpu1 = cpuSeconds(source.pid());
+  if (source_cpu0 && source_cpu1) {
+    phase.source_cpu_s = *source_cpu1 - *source_cpu0;
+  }
+  if (consumer.isAgent() && target_cpu0 && target_cpu1) {
+    phase.target_cpu_s = *target_cpu1 - *target_cpu0;
+  }
+  phase.hwm = statusBytes(pid, "VmHWM");
+  if (settle) {
+    sleepFor(2s);
+    phase.hwm = statusBytes(pid, "VmHWM");
+  }
+  phase.rss_after = statusBytes(pid, "VmRSS");
+  if (consumer.isAgent()) {
+    readAgentGauges(consumer, phase);
+  }
+  // Every key arrived (spot checks: the first and the last), with which deadline.
+  const std::string last = "key:" + std::to_string(first + count - 1);
+  RespClient src = source.client(10s);
+  for (const std::string& key : {"key:" + std::to_string(first), last}) {
+    if (poll.command({"EXISTS", key}).integer() != 1) {
+      throw std::runtime_error(key + " is missing on the target after the sentinel arrived");
+    }
+  }
+  const int64_t source_deadline = src.command({"PEXPIRETIME", last}).integer();
+  const int64_t target_deadline = poll.command({"PEXPIRETIME", last}).integer();
+  phase.deadline_shift_ms = target_deadline - source_deadline;
+  // The configuration did what it says: clamp on shortens the 1 h deadline to ~10 min from
+  // now, clamp off and the native replica keep it exactly.
+  const int64_t clamped_shift = -(kHourMs - kClampS * 1000);
+  const bool ok = consumer.kind() == Kind::AgentOn
+                      ? *phase.deadline_shift_ms < clamped_shift + 5 * 60 * 1000
+                      : *phase.deadline_shift_ms == 0;
+  if (!ok) {
+    throw std::runtime_error(
+        last + ": target deadline - source deadline = " + std::to_string(*phase.deadline_shift_ms) +
+        " ms, not what " + kindName(consumer.kind()) + " must give");
+  }
+  return phase;
+}
+
+struct Measurement {
+  Kind kind = Kind::Native;
+  std::vector<Phase> phases;
+  std::string error;
+  nlohmann::json toJson() const {
+    nlohmann::json phases_json = nlohmann::json::array();
+    for (const auto& p : phases) phases_json.push_back(p.toJson());
+    return {{"consumer", kindName(kind)}, {"phases", phases_json}, {"error", error}};
+  }
+};
+
+Measurement measureDrain(Kind kind, int phases, const std::string& value, const Options& options) {
+  Measurement m;
+  m.kind = kind;
+  try {
+    waitForQuiet();
+    auto source = startSource();
+    Consumer consumer(kind, *source, options);
+    for (int i = 0; i < phases; ++i) {
+      progress("  " + kindName(kind) + ": drain of keys " + std::to_string(i * options.ops) + ".." +
+               std::to_string((i + 1) * options.ops - 1));
+      m.phases.push_back(drainPhase(*source, consumer, i * options.ops, options.ops, value, options,
+                                    /*settle=*/phases > 1));
+      const Phase& p = m.phases.back();
+      progress("  " + kindName(kind) + ": " + cell(p.opsPerSecond(), 0) + " ops/s (" +
+               cell(p.drain_s) + " s, written in " + cell(p.write_s, 2) + " s), CPU " +
+               cell(p.cpuPerMillion(), 2) + " s/M" +
+               (p.target_cpu_s
+                    ? " (its target " + cell(*p.target_cpu_s / (p.count / 1e6), 2) + " s/M)"
+                    : std::string()) +
+               ", VmHWM " + cell(p.hwm ? std::optional(*p.hwm / 1048576.0) : std::nullopt, 1) +
+               " MiB, other load " + cell(p.foreign_cores, 2) + " cores");
+    }
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::exception& e) {
+    m.error = e.what();
+    progress("  " + kindName(kind) + " FAILED: " + m.error);
+  }
+  return m;
+}
+
+// ---- lag ----
+
+struct LagResult {
+  Kind kind = Kind::Native;
+  int64_t sent = 0;
+  int64_t seen = 0;
+  double send_s = 0;            // first to last batch
+  double max_send_slip_ms = 0;  // how late the sender ever was against its schedule
+  std::vector<double> sorted_ms;
+  nlohmann::json per_second = nlohmann::json::array();
+  std::optional<double> cpu_s;
+  std::optional<double> foreign_cores;
+  std::string error;
+
+  std::optional<double> q(double quantile) const { return quantileSorted(sorted_ms, quantile); }
+  std::optional<double> mean() const {
+    if (sorted_ms.empty()) return std::nullopt;
+    double sum = 0;
+    for (double v : sorted_ms) sum += v;
+    return sum / static_cast<double>(sorted_ms.size());
+  }
+  nlohmann::json toJson() const {
+    return {
+        {"consumer", kindName(kind)},
+        {"sent", sent},
+        {"seen", seen},
+        {"send_s", send_s},
+        {"achieved_rate", send_s > 0 ? static_cast<double>(sent) / send_s : 0.0},
+        {"max_send_slip_ms", max_send_slip_ms},
+        {"consumer_cpu_s", jsonOrNull(cpu_s)},
+        {"foreign_cores", jsonOrNull(foreign_cores)},
+        {"p50_ms", jsonOrNull(q(0.50))},
+        {"p90_ms", jsonOrNull(q(0.90))},
+        {"p99_ms", jsonOrNull(q(0.99))},
+        {"p999_ms", jsonOrNull(q(0.999))},
+        {"max_ms", jsonOrNull(sorted_ms.empty() ? std::nullopt : std::optional(sorted_ms.back()))},
+        {"mean_ms", jsonOrNull(mean())},
+        {"per_second", per_second},
+        {"error", error}};
+  }
+};
+
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+LagResult measureLag(Kind kind, const std::string& value, const Options& options) {
+  LagResult r;
+  r.kind = kind;
+  const int64_t total = options.lag_rate * options.lag_seconds;
+  const int64_t ticks = int64_t{options.lag_seconds} * 1000;
+  std::vector<int64_t> send_ns(static_cast<size_t>(total), 0);
+  std::vector<int64_t> recv_ns(static_cast<size_t>(total), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> seen{0};
+  std::exception_ptr reader_error;
+  std::unique_ptr<Subscriber> subscriber;  // outlives the reader thread, which uses it
+  std::thread reader;
+  auto joinReader = [&] {
+    stop = true;
+    if (reader.joinable()) reader.join();
+  };
+  try {
+    waitForQuiet();
+    auto source = startSource();
+    Consumer consumer(kind, *source, options);
+    RespClient dst = consumer.target().client(10s);
+    RespValue reply = dst.command({"CONFIG", "SET", "notify-keyspace-events", "K$"});
+    if (reply.isError()) {
+      throw std::runtime_error("CONFIG SET notify-keyspace-events: " + reply.toString());
+    }
+    subscriber =
+        std::make_unique<Subscriber>(consumer.target().port(), "__keyspace@0__:lag:*", 200ms);
+    reader = std::thread([&, sub = subscriber.get()] {
+      try {
+        constexpr std::string_view kPrefix = "__keyspace@0__:lag:";
+        while (!stop) {
+          const auto& items = sub->next();
+          if (items.size() != 4 || items[0] != "pmessage") continue;
+          const int64_t now = steadyNs();
+          std::string_view channel = items[2];
+          if (channel.substr(0, kPrefix.size()) != kPrefix) continue;
+          channel.remove_prefix(kPrefix.size());
+          int64_t seq = 0;
+          for (char c : channel) seq = seq * 10 + (c - '0');
+          if (seq >= 0 && seq < total && recv_ns[static_cast<size_t>(seq)] == 0) {
+            recv_ns[static_cast<size_t>(seq)] = now;
+            seen.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      } catch (...) {
+        reader_error = std::current_exception();
+        stop = true;
+      }
+    });
+
+    progress("  " + kindName(kind) + ": " + std::to_string(options.lag_rate) + " writes/s for " +
+             std::to_string(options.lag_seconds) + " s");
+    const pid_t pid = consumer.pid();
+    const auto cpu0 = cpuSeconds(pid);
+    const ForeignLoad foreign({pid, consumer.target().pid(), source->pid()});
+    PipelinedWriter writer(source->port(), 10s);
+    std::string batch;
+    int64_t seq = 0;
+    const auto start = Clock::now();
+    int64_t first_send = 0;
+    int64_t last_send = 0;
+    for (int64_t tick = 0; tick < ticks; ++tick) {
+      const auto due = start + std::chrono::milliseconds(tick);
+      std::this_thread::sleep_until(due);
+      if ((tick & 255) == 0) {
+        checkInterrupted();
+        if (stop) break;  // the reader failed
+        if (tick % 5000 == 0) consumer.checkAlive();
+      }
+      const int64_t upto = options.lag_rate * (tick + 1) / 1000;
+      if (upto <= seq) continue;
+      batch.clear();
+      const std::string deadline = std::to_string(test::unixTimeMs() + kHourMs);
+      const int64_t begin = seq;
+      for (; seq < upto; ++seq) {
+        appendCommand(batch, {"SET", "lag:" + std::to_string(seq), value, "PXAT", deadline});
+      }
+      const int64_t now = steadyNs();
+      r.max_send_slip_ms =
+          std::max(r.max_send_slip_ms,
+                   std::chrono::duration<double, std::milli>(Clock::now() - due).count());
+      for (int64_t s = begin; s < seq; ++s) send_ns[static_cast<size_t>(s)] = now;
+      if (first_send == 0) first_send = now;
+      last_send = now;
+      writer.roundTrip(batch, static_cast<size_t>(seq - begin));
+      r.sent = seq;  // sent and acknowledged by the source
+    }
+    r.send_s = static_cast<double>(last_send - first_send) / 1e9;
+    if (writer.errors() > 0) {
+      throw std::runtime_error("the source refused writes: " + writer.firstError());
+    }
+    // The tail: until every write was seen, or the bound.
+    const auto tail_deadline = Clock::now() + std::chrono::seconds(std::min(options.timeout_s, 60));
+    while (seen.load() < r.sent && !stop && Clock::now() < tail_deadline) {
+      sleepFor(10ms);
+      consumer.checkAlive();
+    }
+    const auto cpu1 = cpuSeconds(pid);
+    if (cpu0 && cpu1) r.cpu_s = *cpu1 - *cpu0;
+    r.foreign_cores = foreign.cores();
+    joinReader();
+    if (reader_error) std::rethrow_exception(reader_error);
+  } catch (const Interrupted&) {
+    joinReader();
+    throw;
+  } catch (const std::exception& e) {
+    joinReader();
+    r.error = e.what();
+    progress("  " + kindName(kind) + " FAILED: " + r.error);
+  }
+  r.seen = seen.load();
+  r.sorted_ms.reserve(static_cast<size_t>(r.seen));
+  for (int64_t s = 0; s < r.sent; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    if (recv_ns[i] != 0 && send_ns[i] != 0) {
+      r.sorted_ms.push_back(static_cast<double>(recv_ns[i] - send_ns[i]) / 1e6);
+    }
+  }
+  std::sort(r.sorted_ms.begin(), r.sorted_ms.end());
+  // Per second of the load (by send time): does the lag drift as the target and the agent's
+  // expiry index grow, or come in periodic spikes (checkpoints)?
+  if (r.sent > 0 && send_ns[0] != 0) {
+    std::vector<std::vector<double>> seconds(static_cast<size_t>(options.lag_seconds) + 1);
+    for (int64_t s = 0; s < r.sent; ++s) {
+      const size_t i = static_cast<size_t>(s);
+      if (recv_ns[i] == 0 || send_ns[i] == 0) continue;
+      const size_t bucket =
+          std::min(seconds.size() - 1, static_cast<size_t>((send_ns[i] - send_ns[0]) / 1000000000));
+      seconds[bucket].push_back(static_cast<double>(recv_ns[i] - send_ns[i]) / 1e6);
+    }
+    for (size_t b = 0; b < seconds.size(); ++b) {
+      auto& v = seconds[b];
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      r.per_second.push_back({{"second", b},
+                              {"count", v.size()},
+                              {"p50_ms", jsonOrNull(quantileSorted(v, 0.5))},
+                              {"p99_ms", jsonOrNull(quantileSorted(v, 0.99))},
+                              {"max_ms", v.back()}});
+    }
+  }
+  if (r.error.empty() && r.seen < r.sent) {
+    r.error = "only " + std::to_string(r.seen) + " of " + std::to_string(r.sent) +
+              " writes were seen on the target";
+  }
+  progress("  " + kindName(kind) + ": seen " + std::to_string(r.seen) + "/" +
+           std::to_string(r.sent) + ", p50 " + cell(r.q(0.5), 2) + " ms, p99 " +
+           cell(r.q(0.99), 2) + " ms, max " +
+           cell(r.sorted_ms.empty() ? std::nullopt : std::optional(r.sorted_ms.back()), 2) +
+           " ms, sender late by up to " + cell(r.max_send_slip_ms, 1) + " ms, other load " +
+           cell(r.foreign_cores, 2) + " cores");
+  return r;
+}
+
+// ---- the report ----
+
+std::optional<double> mib(const std::optional<double>& bytes) {
+  if (!bytes) return std::nullopt;
+  return *bytes / 1048576.0;
+}
+
+std::optional<double> diffPerMillion(const std::optional<double>& after,
+                                     const std::optional<double>& before, int64_t count) {
+  if (!after || !before || count <= 0) return std::nullopt;
+  return (*after - *before) / (static_cast<double>(count) / 1e6);
+}
+
+int runBenchmark(const Options& options) {
+  const std::string value = makeValue(options.value_size);
+  nlohmann::json out = {{"benchmark", "stream"},
+                        {"unix_time", static_cast<int64_t>(std::time(nullptr))},
+                        {"cpus", static_cast<int64_t>(::sysconf(_SC_NPROCESSORS_ONLN))},
+                        {"agent_binary", options.agent},
+                        {"value_size", options.value_size},
+                        {"clamp_on", "collections key:* and lag:* max_ttl " +
+                                         std::to_string(kClampS) + "s, deadlines now+1h"}};
+  {
+    RedisServer probe({}, std::chrono::seconds(30));
+    out["redis_version"] = probe.client(10s).info("server")["redis_version"];
+  }
+  bool ok = true;
+
+  if (options.wants("drain")) {
+    progress("drain: " + std::to_string(options.ops) + " SET PXAT, " +
+             std::to_string(options.runs) + " runs x native, agent clamp on, agent clamp off");
+    nlohmann::json runs = nlohmann::json::array();
+    std::map<Kind, std::vector<double>> ops, cpu, hwm, target_cpu;
+    std::vector<double> ratio_on, ratio_off;
+    std::map<Kind, double> foreign_max;
+    for (int run = 1; run <= options.runs; ++run) {
+      std::map<Kind, Measurement> results;
+      std::string order;
+      for (size_t step = 0; step < kKinds.size(); ++step) {
+        const Kind kind = kKinds[(step + static_cast<size_t>(run - 1)) % kKinds.size()];
+        order += (order.empty() ? "" : ",") + kindName(kind);
+        progress("drain run " + std::to_string(run) + "/" + std::to_string(options.runs) + ": " +
+                 kindName(kind));
+        results[kind] = measureDrain(kind, 1, value, options);
+      }
+      nlohmann::json run_json = {{"run", run}, {"order", order}};
+      for (auto& [kind, m] : results) {
+        run_json[kindName(kind)] = m.toJson();
+        if (!m.error.empty()) ok = false;
+        if (!m.phases.empty()) {
+          ops[kind].push_back(m.phases[0].opsPerSecond());
+          if (m.phases[0].cpuPerMillion()) cpu[kind].push_back(*m.phases[0].cpuPerMillion());
+          if (m.phases[0].hwm) hwm[kind].push_back(*m.phases[0].hwm);
+          if (m.phases[0].foreign_cores) {
+            foreign_max[kind] = std::max(foreign_max[kind], *m.phases[0].foreign_cores);
+          }
+          if (m.phases[0].target_cpu_s) {
+            target_cpu[kind].push_back(*m.phases[0].target_cpu_s /
+                                       (static_cast<double>(m.phases[0].count) / 1e6));
+          }
+        }
+      }
+      auto ratio = [&](Kind agent) -> std::optional<double> {
+        const auto& a = results[agent];
+        const auto& n = results[Kind::Native];
+        if (a.phases.empty() || n.phases.empty() || n.phases[0].opsPerSecond() <= 0) {
+          return std::nullopt;
+        }
+        return a.phases[0].opsPerSecond() / n.phases[0].opsPerSecond();
+      };
+      const auto on = ratio(Kind::AgentOn);
+      const auto off = ratio(Kind::AgentOff);
+      if (on) ratio_on.push_back(*on);
+      if (off) ratio_off.push_back(*off);
+      run_json["ratio_on"] = jsonOrNull(on);
+      run_json["ratio_off"] = jsonOrNull(off);
+      progress("drain run " + std::to_string(run) + ": agent/native clamp on " + cell(on, 2) +
+               ", clamp off " + cell(off, 2));
+      runs.push_back(run_json);
+    }
+    nlohmann::json med;
+    for (Kind kind : kKinds) {
+      med[kindName(kind)] = {{"ops_per_s", jsonOrNull(median(ops[kind]))},
+                             {"cpu_s_per_million", jsonOrNull(median(cpu[kind]))},
+                             {"vmhwm_bytes", jsonOrNull(median(hwm[kind]))},
+                             {"target_cpu_s_per_million", jsonOrNull(median(target_cpu[kind]))},
+                             {"foreign_cores_max", foreign_max[kind]}};
+    }
+    med["ratio_on"] = jsonOrNull(median(ratio_on));
+    med["ratio_off"] = jsonOrNull(median(ratio_off));
+    out["drain"] = {{"ops", options.ops}, {"runs", runs}, {"median", med}};
+  }
+
+  if (options.wants("lag")) {
+    progress("lag: " + std::to_string(options.lag_rate) + " writes/s for " +
+             std::to_string(options.lag_seconds) + " s, each consumer");
+    nlohmann::json lag = {{"rate", options.lag_rate}, {"seconds", options.lag_seconds}};
+    for (Kind kind : kKinds) {
+      LagResult r = measureLag(kind, value, options);
+      if (!r.error.empty()) ok = false;
+      lag[kindName(kind)] = r.toJson();
+    }
+    out["lag"] = lag;
+  }
+
+  if (options.wants("cost")) {
+    progress("cost: 2 x " + std::to_string(options.ops) + " tracked deadlines, each consumer");
+    nlohmann::json cost = {{"ops_per_phase", options.ops}};
+    for (Kind kind : kKinds) {
+      Measurement m = measureDrain(kind, 2, value, options);
+      if (!m.error.empty()) ok = false;
+      nlohmann::json j = m.toJson();
+      if (m.phases.size() == 2) {
+        const Phase& a = m.phases[0];
+        const Phase& b = m.phases[1];
+        j["rss_empty_bytes"] = jsonOrNull(a.rss_before);
+        j["rss_1_bytes"] = jsonOrNull(a.rss_after);
+        j["rss_2_bytes"] = jsonOrNull(b.rss_after);
+        j["rss_growth_first_per_million"] =
+            jsonOrNull(diffPerMillion(a.rss_after, a.rss_before, a.count));
+        j["rss_growth_second_per_million"] =
+            jsonOrNull(diffPerMillion(b.rss_after, a.rss_after, b.count));
+        j["vmhwm_bytes"] = jsonOrNull(b.hwm);
+        j["cpu_s_per_million_first"] = jsonOrNull(a.cpuPerMillion());
+        j["cpu_s_per_million_second"] = jsonOrNull(b.cpuPerMillion());
+        j["ops_per_s_second"] = b.opsPerSecond();
+        j["foreign_cores_max"] = std::max(a.foreign_cores.value_or(0), b.foreign_cores.value_or(0));
+        if (b.index_entries && b.index_bytes && *b.index_entries > 0) {
+          j["index_bytes_per_entry"] = *b.index_bytes / *b.index_entries;
+        } else {
+          j["index_bytes_per_entry"] = nullptr;
+        }
+        progress("  " + kindName(kind) + ": RSS " + cell(mib(a.rss_before), 1) + " -> " +
+                 cell(mib(a.rss_after), 1) + " -> " + cell(mib(b.rss_after), 1) +
+                 " MiB; growth/M " + cell(diffPerMillion(a.rss_after, a.rss_before, a.count), 0) +
+                 " B, then " + cell(diffPerMillion(b.rss_after, a.rss_after, b.count), 0) + " B");
+      }
+      cost[kindName(kind)] = j;
+    }
+    out["cost"] = cost;
+  }
+
+  if (!options.json_path.empty()) {
+    std::ofstream file(options.json_path);
+    file << out.dump(2) << "\n";
+    if (!file) {
+      std::cerr << "cannot write " << options.json_path << "\n";
+      return 1;
+    }
+    progress("results: " + options.json_path);
+  } else {
+    std::cout << out.dump(2) << "\n";
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace xdcr::bench
+
+int main(int argc, char** argv) {
+  const xdcr::bench::Options options = xdcr::bench::parseOptions(argc, argv);
+  xdcr::bench::installSignalHandlers();
+  xdcr::bench::setQuietBudget(std::chrono::seconds(options.quiet_wait_s));
+  try {
+    return xdcr::bench::runBenchmark(options);
+  } catch (const std::exception& e) {
+    // Every server and agent is owned by an object that stopped it during the unwinding.
+    std::cerr << "stream_bench: " << e.what() << "\n";
+    return 1;
+  }
+}
