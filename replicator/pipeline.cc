@@ -31,6 +31,9 @@ constexpr int64_t kTombstonePurgeMs = 5 * 60 * 1000;
 constexpr size_t kPurgeSlotsPerCheckpoint = 256 * 1024;
 // The journal is folded into a new whole image once it outgrows the image, and at least this.
 constexpr uint64_t kCompactJournalBytes = 64ULL << 20;
+// A checkpoint is taken early once this many index changes wait for one (a backlog drain makes
+// ~250,000 a second): the in-memory journal stays ~1.5 MB instead of growing with the rate.
+constexpr size_t kCheckpointEveryChanges = 64 * 1024;
 
 bool isGetAck(const source::Entry& e) {
   return e.args.size() >= 2 && resp::iequals(e.args[0], "replconf") &&
@@ -406,6 +409,9 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       co_return co_await checkpointAfterMarker(source, target, filter, applier);
     }
     finishDeltaCheckpointIfAnswered(target);
+    if (index_.journalSize() >= kCheckpointEveryChanges && !pending_cp_ && !needWholeImage()) {
+      checkpoint_due_ = true;
+    }
     // Not while paused: the marker is a write too, and a skew pause lets none through (the
     // checkpoint follows the resume; nothing is applied meanwhile).
     if (checkpoint_due_ && !paused()) {
