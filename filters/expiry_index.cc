@@ -8,7 +8,7 @@
 namespace xdcr::filters {
 namespace {
 
-constexpr size_t kMinSlots = 64;
+constexpr size_t kMinSlots = 8;  // a shard's first table
 constexpr uint32_t kImageMagic = 0x58494458;  // "XIDX"
 constexpr uint32_t kImageVersion = 1;
 
@@ -38,49 +38,51 @@ ExpiryIndex::Table* ExpiryIndex::table(int db, bool create) {
     dbs_.resize(db + 1);
   }
   Table& t = dbs_[db];
-  if (t.slots.empty()) {
+  if (t.shards.empty()) {
     if (!create) return nullptr;
-    t.slots.assign(kMinSlots, Slot{0, 0});
+    t.shards.resize(kShards);
   }
   return &t;
 }
 
 const ExpiryIndex::Table* ExpiryIndex::table(int db) const {
-  if (db < 0 || static_cast<size_t>(db) >= dbs_.size() || dbs_[db].slots.empty()) return nullptr;
+  if (db < 0 || static_cast<size_t>(db) >= dbs_.size() || dbs_[db].shards.empty()) return nullptr;
   return &dbs_[db];
 }
 
-void ExpiryIndex::grow(Table& t) {
-  // By 7/16, not doubled: right after growing the table is still 52 % full (3/4 / 1.4375),
-  // so a deadline never costs more than ~31 bytes (16-byte slots), under issue 8's 32.
+void ExpiryIndex::grow(Shard& t) {
+  // By 7/16, not doubled: right after growing the shard is still 52 % full (3/4 / 1.4375),
+  // so a deadline never costs more than ~31 bytes (16-byte slots), under issue 8's 32. A shard
+  // holds 1/1024 of a db: growing one moves a few thousand entries even at millions of keys.
   std::vector<Slot> old;
   old.swap(t.slots);
-  t.slots.assign(old.size() + old.size() * 7 / 16, Slot{0, 0});
+  t.slots.assign(old.empty() ? kMinSlots : old.size() + old.size() * 7 / 16, Slot{0, 0});
   t.used = 0;
   for (const auto& s : old) {
-    if (s.hash != 0) put(t, s.hash, s.value);
+    if (s.hash != 0) putShard(t, s.hash, s.value);
   }
 }
 
-void ExpiryIndex::put(Table& t, uint64_t h, int64_t value) {
+bool ExpiryIndex::putShard(Shard& t, uint64_t h, int64_t value) {
   if ((t.used + 1) * 4 > t.slots.size() * 3) grow(t);
   const size_t n = t.slots.size();
   for (size_t i = home(h, n);; i = (i + 1 == n) ? 0 : i + 1) {
     Slot& s = t.slots[i];
     if (s.hash == h) {
       s.value = value;
-      return;
+      return false;
     }
     if (s.hash == 0) {
       s = Slot{h, value};
       ++t.used;
-      return;
+      return true;
     }
   }
 }
 
-bool ExpiryIndex::remove(Table& t, uint64_t h) {
+bool ExpiryIndex::removeShard(Shard& t, uint64_t h) {
   const size_t n = t.slots.size();
+  if (n == 0 || t.used == 0) return false;
   auto next = [n](size_t i) { return (i + 1 == n) ? 0 : i + 1; };
   size_t i = home(h, n);
   for (;; i = next(i)) {
@@ -104,6 +106,16 @@ bool ExpiryIndex::remove(Table& t, uint64_t h) {
   return true;
 }
 
+void ExpiryIndex::put(Table& t, uint64_t h, int64_t value) {
+  if (putShard(t.shards[shardOf(h)], h, value)) ++t.used;
+}
+
+bool ExpiryIndex::remove(Table& t, uint64_t h) {
+  if (!removeShard(t.shards[shardOf(h)], h)) return false;
+  --t.used;
+  return true;
+}
+
 void ExpiryIndex::record(uint32_t kind, uint32_t db, uint64_t hash, int64_t value) {
   if (!journaling_ || journal_lost_) return;
   if (journal_.size() >= kMaxJournalOps) {
@@ -120,9 +132,11 @@ ExpiryIndex::Entry ExpiryIndex::get(int db, std::string_view key) const {
   const Table* t = table(db);
   if (t == nullptr || t->used == 0) return {};
   uint64_t h = hashKey(key);
-  const size_t n = t->slots.size();
+  const Shard& sh = t->shards[shardOf(h)];
+  const size_t n = sh.slots.size();
+  if (n == 0) return {};
   for (size_t i = home(h, n);; i = (i + 1 == n) ? 0 : i + 1) {
-    const Slot& s = t->slots[i];
+    const Slot& s = sh.slots[i];
     if (s.hash == 0) return {};
     if (s.hash == h) {
       return s.value > 0 ? Entry{State::Live, s.value} : Entry{State::Tombstone, -s.value};
@@ -178,30 +192,39 @@ void ExpiryIndex::clearAll() {
 
 size_t ExpiryIndex::purgeTombstones(int64_t before_ms) {
   size_t slots = 0;
-  for (const auto& t : dbs_) slots += t.slots.size();
-  purge_db_ = 0;
-  purge_slot_ = 0;
+  for (const auto& t : dbs_) {
+    for (const auto& sh : t.shards) slots += sh.slots.size();
+  }
+  purge_db_ = purge_shard_ = purge_slot_ = 0;
   return purgeTombstonesStep(before_ms, slots);
 }
 
 size_t ExpiryIndex::purgeTombstonesStep(int64_t before_ms, size_t max_slots) {
   size_t purged = 0;
   size_t examined = 0;
-  size_t dbs_visited = 0;
-  while (examined < max_slots && !dbs_.empty() && dbs_visited <= dbs_.size()) {
+  // Every (db, shard) position is visited at most once per call, empty ones included.
+  size_t positions = 0;
+  const size_t max_positions = (dbs_.size() + 1) * (kShards + 1);
+  std::vector<uint64_t> victims;
+  while (examined < max_slots && !dbs_.empty() && positions++ <= max_positions) {
     if (purge_db_ >= dbs_.size()) purge_db_ = 0;
     Table& t = dbs_[purge_db_];
-    if (purge_slot_ >= t.slots.size()) {
-      purge_slot_ = 0;
+    if (purge_shard_ >= t.shards.size()) {
+      purge_shard_ = purge_slot_ = 0;
       ++purge_db_;
-      ++dbs_visited;
       continue;
     }
-    const size_t end = std::min(t.slots.size(), purge_slot_ + (max_slots - examined));
+    Shard& sh = t.shards[purge_shard_];
+    if (purge_slot_ >= sh.slots.size()) {
+      purge_slot_ = 0;
+      ++purge_shard_;
+      continue;
+    }
+    const size_t end = std::min(sh.slots.size(), purge_slot_ + (max_slots - examined));
     // Collect first: removal shifts slots.
-    std::vector<uint64_t> victims;
+    victims.clear();
     for (size_t i = purge_slot_; i < end; ++i) {
-      const Slot& s = t.slots[i];
+      const Slot& s = sh.slots[i];
       if (s.hash != 0 && s.value < 0 && -s.value < before_ms) victims.push_back(s.hash);
     }
     examined += end - purge_slot_;
@@ -225,7 +248,10 @@ size_t ExpiryIndex::size() const {
 
 size_t ExpiryIndex::memoryBytes() const {
   size_t n = dbs_.capacity() * sizeof(Table);
-  for (const auto& t : dbs_) n += t.slots.capacity() * sizeof(Slot);
+  for (const auto& t : dbs_) {
+    n += t.shards.capacity() * sizeof(Shard);
+    for (const auto& sh : t.shards) n += sh.slots.capacity() * sizeof(Slot);
+  }
   return n;
 }
 
@@ -240,10 +266,12 @@ void ExpiryIndex::serialize(std::string& out) const {
     if (t.used == 0) continue;
     putRaw(out, static_cast<uint32_t>(db));
     putRaw(out, static_cast<uint64_t>(t.used));
-    for (const auto& s : t.slots) {
-      if (s.hash != 0) {
-        putRaw(out, s.hash);
-        putRaw(out, s.value);
+    for (const auto& sh : t.shards) {
+      for (const auto& s : sh.slots) {
+        if (s.hash != 0) {
+          putRaw(out, s.hash);
+          putRaw(out, s.value);
+        }
       }
     }
   }
@@ -262,10 +290,7 @@ bool ExpiryIndex::deserialize(std::string_view in) {
     if (!getRaw(in, db) || !getRaw(in, n) || db > 1'000'000 || n > in.size() / 16) return false;
     if (db >= dbs.size()) dbs.resize(db + 1);
     Table& t = dbs[db];
-    // At most two thirds full, like a table that grew to hold n.
-    size_t slots = kMinSlots;
-    while (slots * 2 < n * 3) slots += slots * 7 / 16;
-    t.slots.assign(slots, Slot{0, 0});
+    if (t.shards.empty()) t.shards.resize(kShards);
     for (uint64_t k = 0; k < n; ++k) {
       Slot s{};
       if (!getRaw(in, s.hash) || !getRaw(in, s.value) || s.hash == 0 || s.value == 0) return false;
@@ -277,7 +302,7 @@ bool ExpiryIndex::deserialize(std::string_view in) {
   dirty_ = 0;
   journal_.clear();
   journal_lost_ = false;
-  purge_db_ = purge_slot_ = 0;
+  purge_db_ = purge_shard_ = purge_slot_ = 0;
   return true;
 }
 
