@@ -34,6 +34,8 @@ constexpr uint64_t kCompactJournalBytes = 64ULL << 20;
 // A checkpoint is taken early once this many index changes wait for one (a backlog drain makes
 // ~250,000 a second): the in-memory journal stays ~1.5 MB instead of growing with the rate.
 constexpr size_t kCheckpointEveryChanges = 64 * 1024;
+// Units under one replay stamp at most (each closed group costs MULTI, SET, EXEC).
+constexpr size_t kMaxGroupUnits = 512;
 
 bool isGetAck(const source::Entry& e) {
   return e.args.size() >= 2 && resp::iequals(e.args[0], "replconf") &&
@@ -393,7 +395,31 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
                                           target::Applier& applier) {
   source::Unit unit;
   source::Change change;
+  // The replay stamp's group (Applier::appendUnitToGroup): from a replay-unsafe unit on, the
+  // units taken from the buffer without waiting share one MULTI/EXEC and one stamp. The group is
+  // committed to the target (its replies counted, its end offset marked) only when closed, so
+  // it is closed before every suspension point: the writer never sends half a group.
+  uint64_t group_cmds = 0;
+  uint64_t group_end = 0;
+  size_t group_units = 0;
+  auto closeGroup = [&] {
+    if (!applier.groupOpen()) return;
+    group_cmds += applier.closeGroup(target.pending(), stamp_key_,
+                                     fmt::format("{}:{}", source.position().replid, group_end));
+    target.commit(group_cmds, group_end);
+    group_cmds = 0;
+    group_units = 0;
+  };
+  auto overBackpressure = [&] {
+    return target.inflightCommands() > kMaxInflightCommands ||
+           target.pendingBytes() > kMaxPendingBytes;
+  };
   for (;;) {
+    if (applier.groupOpen() &&
+        (stopping_ || checkpoint_due_ || paused() || group_units >= kMaxGroupUnits ||
+         overBackpressure() || index_.journalSize() >= kCheckpointEveryChanges)) {
+      closeGroup();
+    }
     if (stopping_) {
       // Graceful drain: everything read is already translated; wait for the target's answers.
       auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
@@ -430,15 +456,14 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       co_await pause_wake_.waitFor(std::chrono::seconds(1));
     }
     if (state_ == PipelineState::Paused) state_ = PipelineState::Streaming;
-    while ((target.inflightCommands() > kMaxInflightCommands ||
-            target.pendingBytes() > kMaxPendingBytes) &&
-           !stopping_) {
+    while (overBackpressure() && !stopping_) {
       co_await target.waitProgress(std::chrono::milliseconds(100));
     }
 
     auto got = source.nextUnit(unit);
     if (!got) co_return fail(got.error());
     if (!*got) {
+      closeGroup();
       reading_source_ = true;
       auto r = co_await source.readMore();
       reading_source_ = false;
@@ -465,16 +490,16 @@ net::awaitable<Status> Pipeline::readLoop(source::RedisSource& source, target::R
       filter.process(entry, change);
       if (!applied_already) applier.apply(change);
     }
-    size_t n = 0;
-    if (applier.unitReplayUnsafe()) {
-      n = applier.finishUnitStamped(
-          target.pending(), stamp_key_,
-          fmt::format("{}:{}", source.position().replid, unit.offset_end));
+    if (applier.groupOpen() || applier.unitReplayUnsafe()) {
+      group_cmds += applier.appendUnitToGroup(target.pending());
+      group_end = unit.offset_end;
+      ++group_units;
+      source.consume(unit);
     } else {
-      n = applier.finishUnit(target.pending());
+      const size_t n = applier.finishUnit(target.pending());
+      source.consume(unit);
+      target.commit(n, unit.offset_end);
     }
-    source.consume(unit);
-    target.commit(n, unit.offset_end);
   }
 }
 

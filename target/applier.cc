@@ -26,21 +26,38 @@ void Applier::beginUnit(bool transaction) {
   unit_cmds_ = 0;
 }
 
-size_t Applier::finishUnitStamped(std::string& out, std::string_view stamp_key,
-                                  std::string_view stamp_value) {
-  if (unit_cmds_ == 0) return 0;
+size_t Applier::appendUnitToGroup(std::string& out) {
   size_t n = 0;
-  if (unit_wrapped_) {
-    // A lone entry already in a MULTI/EXEC of its own (endEntry): the stamp goes inside that
-    // one (MULTI cannot nest).
-    constexpr std::string_view kExec = "*1\r\n$4\r\nEXEC\r\n";
-    out.append(unit_.data(), unit_.size() - kExec.size());
-    n = unit_cmds_ + 1;  // + SET
-  } else {
+  if (!group_open_) {
     resp::appendCommand(out, {"MULTI"});
-    out.append(unit_);
-    n = unit_cmds_ + 3;  // MULTI, SET, EXEC
+    group_open_ = true;
+    n = 1;
   }
+  if (unit_wrapped_) {
+    // One entry in a MULTI/EXEC of its own: the group's transaction replaces it (MULTI cannot
+    // nest). unit_ = [SELECT ahead] MULTI <entry> EXEC.
+    constexpr std::string_view kMulti = "*1\r\n$5\r\nMULTI\r\n";
+    constexpr std::string_view kExec = "*1\r\n$4\r\nEXEC\r\n";
+    out.append(unit_.data(), unit_multi_at_);
+    out.append(unit_.data() + unit_multi_at_ + kMulti.size(),
+               unit_.size() - unit_multi_at_ - kMulti.size() - kExec.size());
+    n += unit_cmds_ - 2;
+  } else {
+    // A source transaction is appended without its MULTI/EXEC too (finishUnit would add them).
+    out.append(unit_);
+    n += unit_cmds_;
+  }
+  unit_.clear();
+  unit_cmds_ = 0;
+  unit_unsafe_ = false;
+  unit_wrapped_ = false;
+  return n;
+}
+
+size_t Applier::closeGroup(std::string& out, std::string_view stamp_key,
+                           std::string_view stamp_value) {
+  if (!group_open_) return 0;
+  size_t n = 2;  // SET, EXEC
   const int db = target_db_;
   if (db != 0) {
     resp::appendCommand(out, {"SELECT", "0"});
@@ -53,10 +70,7 @@ size_t Applier::finishUnitStamped(std::string& out, std::string_view stamp_key,
     ++n;
   }
   resp::appendCommand(out, {"EXEC"});
-  unit_.clear();
-  unit_cmds_ = 0;
-  unit_unsafe_ = false;
-  unit_wrapped_ = false;
+  group_open_ = false;
   return n;
 }
 
@@ -332,6 +346,7 @@ void Applier::endEntry(bool needs_atomic) {
   unit_.append(select_);
   unit_cmds_ += select_cmds_;
   if (needs_atomic && !transaction_) {
+    unit_multi_at_ = unit_.size();
     resp::appendCommand(unit_, {"MULTI"});
     unit_.append(entry_);
     resp::appendCommand(unit_, {"EXEC"});

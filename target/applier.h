@@ -55,11 +55,17 @@ class Applier {
   /** The unit so far writes a command whose replay is not idempotent (isReplayUnsafe). */
   bool unitReplayUnsafe() const { return unit_unsafe_; }
   /**
-   * finishUnit() for a replay-unsafe unit: the unit and `SET stamp_key stamp_value` (target db
-   * 0) in one MULTI/EXEC, so the target holds the stamp exactly when it holds the unit.
+   * The replay stamp (exactly-once replay of replay-unsafe units): instead of finishUnit(),
+   * appends the unit to a stamped group — one MULTI (opened by the group's first unit), the
+   * units' commands without MULTI/EXEC of their own (the group's makes them atomic), then, at
+   * closeGroup(), `SET stamp_key stamp_value` (target db 0) and EXEC. So the target holds the
+   * stamp exactly when it holds the units, and a run of consecutive units costs one MULTI, one
+   * SET and one EXEC, not three commands each. Returns the commands appended.
    */
-  size_t finishUnitStamped(std::string& out, std::string_view stamp_key,
-                           std::string_view stamp_value);
+  size_t appendUnitToGroup(std::string& out);
+  bool groupOpen() const { return group_open_; }
+  /** Ends an open group with the stamp; returns the commands appended (0 if none was open). */
+  size_t closeGroup(std::string& out, std::string_view stamp_key, std::string_view stamp_value);
   /** `DEL key` in target db `db` (full_sync.delete_stale_keys). Same calling rules. */
   void appendDelete(int db, std::string_view key);
 
@@ -113,6 +119,8 @@ class Applier {
   bool transaction_ = false;
   bool unit_unsafe_ = false;
   bool unit_wrapped_ = false;  // unit_ is one entry in a MULTI/EXEC of its own (endEntry)
+  size_t unit_multi_at_ = 0;   // where that MULTI starts in unit_ (after a SELECT ahead)
+  bool group_open_ = false;    // a stamped group's MULTI was appended (appendUnitToGroup)
   std::string unit_;        // the unit's commands so far
   size_t unit_cmds_ = 0;
   std::string entry_;       // the current entry's commands

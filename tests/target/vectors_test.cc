@@ -40,9 +40,27 @@ class Chain {
 
   /**
    * Feeds one unit; returns the target commands it produced. With `stamp`, a replay-unsafe
-   * unit is finished as the pipeline does (finishUnitStamped, stamp key "stamp").
+   * unit is finished as the pipeline does (a stamped group of one, stamp key "stamp").
    */
   Cmds feed(const Cmds& unit, bool transaction = false, bool stamp = false) {
+    return feedUnits({unit}, {transaction}, stamp);
+  }
+  /**
+   * Feeds consecutive units as the pipeline's read loop does: once one is replay-unsafe (with
+   * `stamp`), it and every unit after it join one stamped group, closed at the end.
+   */
+  Cmds feedUnits(const std::vector<Cmds>& units, std::vector<bool> transactions, bool stamp) {
+    std::string out;
+    size_t count = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      count += feedOne(units[u], u < transactions.size() && transactions[u], stamp, out);
+    }
+    if (stamp) count += applier_->closeGroup(out, "stamp", "r:1");
+    return parse(out, count);
+  }
+
+ private:
+  size_t feedOne(const Cmds& unit, bool transaction, bool stamp, std::string& out) {
     build();
     std::vector<std::vector<std::string_view>> views(unit.size());
     std::vector<source::Entry> entries(unit.size());
@@ -57,10 +75,12 @@ class Chain {
       filter_->process(e, change);
       applier_->apply(change);
     }
-    std::string out;
-    size_t count = stamp && applier_->unitReplayUnsafe()
-                       ? applier_->finishUnitStamped(out, "stamp", "r:1")
-                       : applier_->finishUnit(out);
+    if (stamp && (applier_->groupOpen() || applier_->unitReplayUnsafe())) {
+      return applier_->appendUnitToGroup(out);
+    }
+    return applier_->finishUnit(out);
+  }
+  Cmds parse(const std::string& out, size_t count) {
     Cmds cmds;
     std::vector<resp::ArgSpan> spans;
     std::string_view rest = out;
@@ -76,6 +96,8 @@ class Chain {
     EXPECT_EQ(count, cmds.size());
     return cmds;
   }
+
+ public:
   Cmds feed1(std::vector<std::string> cmd) { return feed({std::move(cmd)}); }
   void compensate(int64_t delta) {
     build();
@@ -200,6 +222,29 @@ TEST(Vectors, ReplayStampNeverNestsMulti) {
                   {"SELECT", "0"},
                   {"SET", "stamp", "r:1"},
                   {"SELECT", "3"},
+                  {"EXEC"}}));
+}
+
+// Consecutive units share one stamp: from the first replay-unsafe unit on, every unit joins one
+// MULTI/EXEC (their own MULTI/EXEC dropped: the group's makes them atomic), stamped once.
+TEST(Vectors, ConsecutiveUnitsShareOneStampedTransaction) {
+  Chain c;
+  c.maxTtl(0, 60, "l*");
+  c.feed1({"SET", "l:1", "v", "PXAT", n(kNow + 500 * S)});
+  EXPECT_EQ(c.feedUnits({{{"SET", "a", "1"}},                    // safe, before: not grouped
+                         {{"INCR", "n"}},                        // opens the group
+                         {{"SET", "b", "2"}},                    // joins it
+                         {{"MULTI"}, {"INCR", "m"}, {"EXEC"}},   // a source transaction
+                         {{"APPEND", "l:1", "w"}}},              // needed its own MULTI
+                        {false, false, false, true, false}, true),
+            (Cmds{{"SET", "a", "1"},
+                  {"MULTI"},
+                  {"INCR", "n"},
+                  {"SET", "b", "2"},
+                  {"INCR", "m"},
+                  {"APPEND", "l:1", "w"},
+                  {"PEXPIREAT", "l:1", n(kNow + 60 * S)},
+                  {"SET", "stamp", "r:1"},
                   {"EXEC"}}));
 }
 
