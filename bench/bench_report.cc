@@ -255,6 +255,14 @@ int main(int argc, char** argv) {
                     verdictOf({g_on ? std::optional(*g_on / 1e6) : std::nullopt,
                                g_off ? std::optional(*g_off / 1e6) : std::nullopt},
                               true, 32.0)});
+    const auto t_on = num(c, {"agent_clamp_on", "rss_growth_third_per_million"});
+    const auto t_off = num(c, {"agent_clamp_off", "rss_growth_third_per_million"});
+    v = three("rss_growth_third_per_million", 1, 1e-6);
+    rows.push_back({head + ": RSS growth B/deadline, 3rd " + n, v[0] + " (data)", v[1], v[2], "",
+                    "", "agent <= 32 B",
+                    verdictOf({t_on ? std::optional(*t_on / 1e6) : std::nullopt,
+                               t_off ? std::optional(*t_off / 1e6) : std::nullopt},
+                              true, 32.0)});
     const auto b_on = num(c, {"agent_clamp_on", "index_bytes_per_entry"});
     const auto b_off = num(c, {"agent_clamp_off", "index_bytes_per_entry"});
     rows.push_back({head + ": expiry index B/entry (gauges, " + n2 + ")", "", fmt(b_on, 1),

@@ -11,7 +11,7 @@
 #             (stream_bench, keyspace notifications on the target)
 #   fullsync  full sync of 1M keys of mixed types (full_sync_bench --maxttl both)
 #   cost      CPU s per million events, peak RSS, RSS growth per million tracked deadlines and
-#             the agent's expiry-index gauges (stream_bench, 2 x 1M deadlines)
+#             the agent's expiry-index gauges (stream_bench, 3 x 1M deadlines)
 #
 # Options (all optional):
 #   --only LIST        drain,lag,fullsync,cost (comma-separated or repeated; default all)

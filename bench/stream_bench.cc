@@ -106,7 +106,7 @@ struct Options {
          "                    [--lag-rate W] [--value-size B] [--json FILE] [--agent PATH]\n"
          "                    [--timeout S] [--quiet-wait S]\n"
          "  --only LIST       parts to run, comma-separated or repeated (default all)\n"
-         "  --ops N           commands of one drain (default 1000000); cost drains 2 x N\n"
+         "  --ops N           commands of one drain (default 1000000); cost drains 3 x N\n"
          "  --runs R          drain runs of each consumer (default 3); medians reported\n"
          "  --lag-seconds S   length of the paced load (default 30)\n"
          "  --lag-rate W      writes per second of the paced load (default 50000)\n"
@@ -856,13 +856,23 @@ int runBenchmark(const Options& options) {
   }
 
   if (options.wants("cost")) {
-    progress("cost: 2 x " + std::to_string(options.ops) + " tracked deadlines, each consumer");
+    progress("cost: 3 x " + std::to_string(options.ops) + " tracked deadlines, each consumer");
     nlohmann::json cost = {{"ops_per_phase", options.ops}};
     for (Kind kind : kKinds) {
-      Measurement m = measureDrain(kind, 2, value, options);
+      Measurement m = measureDrain(kind, 3, value, options);
       if (!m.error.empty()) ok = false;
       nlohmann::json j = m.toJson();
-      if (m.phases.size() == 2) {
+      if (m.phases.size() == 3) {
+        // A third million: are the first two still warming buffers up, or is it per deadline?
+        const Phase& b2 = m.phases[1];
+        const Phase& c = m.phases[2];
+        j["rss_3_bytes"] = jsonOrNull(c.rss_after);
+        j["rss_growth_third_per_million"] =
+            jsonOrNull(diffPerMillion(c.rss_after, b2.rss_after, c.count));
+        progress("  " + kindName(kind) + ": third million: RSS growth/M " +
+                 cell(diffPerMillion(c.rss_after, b2.rss_after, c.count), 1) + " B");
+      }
+      if (m.phases.size() >= 2) {
         const Phase& a = m.phases[0];
         const Phase& b = m.phases[1];
         j["rss_empty_bytes"] = jsonOrNull(a.rss_before);

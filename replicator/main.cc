@@ -1,5 +1,7 @@
 // xdcr-agent: the command line (interface.md §1).
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -95,6 +97,12 @@ int printStatus(const std::string& admin, bool as_json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A fixed mmap threshold. glibc raises it (up to 32 MiB) whenever a large mmapped block is
+  // freed, e.g. the image string of a checkpoint compaction; from then on the 16 MiB command
+  // buffers and other large blocks come from the heap, which keeps freed pages. Measured with
+  // bench/run.sh --only cost: RSS growth over a third million deadlines 49.5-51.5 bytes each
+  // with the default, 28.6-29.7 with 64 KiB (the index itself: 26.6).
+  ::mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   CLI::App app{"xdcr-agent: replicates expiring documents between clusters"};
   app.require_subcommand(1);
   app.fallthrough();  // --log-level / --log-format also after the subcommand
