@@ -247,22 +247,19 @@ int main(int argc, char** argv) {
     v = three("rss_growth_first_per_million", 1, 1e-6);
     rows.push_back(
         {head + ": RSS growth B/deadline, first " + n, v[0], v[1], v[2], "", "", "", ""});
-    const auto g_on = num(c, {"agent_clamp_on", "rss_growth_second_per_million"});
-    const auto g_off = num(c, {"agent_clamp_off", "rss_growth_second_per_million"});
-    v = three("rss_growth_second_per_million", 1, 1e-6);
-    rows.push_back({head + ": RSS growth B/deadline, 2nd " + n, v[0] + " (data)", v[1], v[2], "",
-                    "", "agent <= 32 B",
-                    verdictOf({g_on ? std::optional(*g_on / 1e6) : std::nullopt,
-                               g_off ? std::optional(*g_off / 1e6) : std::nullopt},
-                              true, 32.0)});
-    const auto t_on = num(c, {"agent_clamp_on", "rss_growth_third_per_million"});
-    const auto t_off = num(c, {"agent_clamp_off", "rss_growth_third_per_million"});
-    v = three("rss_growth_third_per_million", 1, 1e-6);
-    rows.push_back({head + ": RSS growth B/deadline, 3rd " + n, v[0] + " (data)", v[1], v[2], "",
-                    "", "agent <= 32 B",
-                    verdictOf({t_on ? std::optional(*t_on / 1e6) : std::nullopt,
-                               t_off ? std::optional(*t_off / 1e6) : std::nullopt},
-                              true, 32.0)});
+    // The budget rows: RSS growth per deadline over the 2nd and the 3rd million.
+    auto growthRow = [&](const std::string& key, const std::string& which) {
+      const auto on = num(c, {"agent_clamp_on", key});
+      const auto off = num(c, {"agent_clamp_off", key});
+      const auto cells = three(key, 1, 1e-6);
+      rows.push_back({head + ": RSS growth B/deadline, " + which + " " + n, cells[0] + " (data)",
+                      cells[1], cells[2], "", "", "agent <= 32 B",
+                      verdictOf({on ? std::optional(*on / 1e6) : std::nullopt,
+                                 off ? std::optional(*off / 1e6) : std::nullopt},
+                                true, 32.0)});
+    };
+    growthRow("rss_growth_second_per_million", "2nd");
+    growthRow("rss_growth_third_per_million", "3rd");
     const auto b_on = num(c, {"agent_clamp_on", "index_bytes_per_entry"});
     const auto b_off = num(c, {"agent_clamp_off", "index_bytes_per_entry"});
     rows.push_back({head + ": expiry index B/entry (gauges, " + n2 + ")", "", fmt(b_on, 1),

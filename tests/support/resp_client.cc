@@ -113,57 +113,51 @@ std::string RespValue::toString() const {
   return "?";
 }
 
-RespClient::RespClient(uint16_t port, std::chrono::milliseconds io_timeout)
-    : port_(port), io_timeout_(io_timeout) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+void RespClient::openSocket(int domain) {
+  fd_ = ::socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
     fail(std::string("socket: ") + std::strerror(errno));
   }
   timeval tv{};
-  tv.tv_sec = io_timeout.count() / 1000;
-  tv.tv_usec = (io_timeout.count() % 1000) * 1000;
+  tv.tv_sec = io_timeout_.count() / 1000;
+  tv.tv_usec = (io_timeout_.count() % 1000) * 1000;
   // SO_SNDTIMEO also bounds a blocking connect() on Linux.
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
+}
+
+void RespClient::connectTo(const sockaddr* addr, socklen_t len) {
   int rc;
   do {
-    rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    rc = ::connect(fd_, addr, len);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     fail(std::string("connect: ") + std::strerror(errno));
   }
 }
 
+RespClient::RespClient(uint16_t port, std::chrono::milliseconds io_timeout)
+    : port_(port), io_timeout_(io_timeout) {
+  openSocket(AF_INET);
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  connectTo(reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+}
+
 RespClient::RespClient(std::chrono::milliseconds io_timeout, std::string unix_path)
     : unix_path_(std::move(unix_path)), io_timeout_(io_timeout) {
-  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) {
-    fail(std::string("socket: ") + std::strerror(errno));
-  }
-  timeval tv{};
-  tv.tv_sec = io_timeout.count() / 1000;
-  tv.tv_usec = (io_timeout.count() % 1000) * 1000;
-  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  openSocket(AF_UNIX);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (unix_path_.size() >= sizeof(addr.sun_path)) {
     fail("socket path longer than " + std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
   }
   std::memcpy(addr.sun_path, unix_path_.c_str(), unix_path_.size() + 1);
-  int rc;
-  do {
-    rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  } while (rc != 0 && errno == EINTR);
-  if (rc != 0) {
-    fail(std::string("connect: ") + std::strerror(errno));
-  }
+  connectTo(reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
 }
 
 RespClient RespClient::unixSocket(const std::string& path, std::chrono::milliseconds io_timeout) {

@@ -2,6 +2,8 @@
 // A small blocking RESP2 client for tests: one TCP connection to 127.0.0.1:port, socket timeouts
 // on every read and write so a test never hangs on a server that stopped answering.
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -100,6 +102,10 @@ class RespClient {
   std::string readLine();
   void fill();
   [[noreturn]] void fail(const std::string& what);
+  /** socket(domain) with the I/O timeouts set (SO_SNDTIMEO also bounds connect on Linux). */
+  void openSocket(int domain);
+  /** connect(), retried on EINTR; fails the test otherwise. */
+  void connectTo(const sockaddr* addr, socklen_t len);
 
   uint16_t port_ = 0;
   std::string unix_path_;  // set for a Unix socket connection (then port_ is 0)
