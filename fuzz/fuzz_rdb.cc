@@ -2,7 +2,7 @@
 // source's snapshot. The input is an RDB file as the source would send it.
 //
 // Properties checked (beyond "no crash, no ASan/UBSan report"):
-//  R1 fed in chunks of input-chosen sizes, retried the way replicator/snapshot_loader.cc does
+//  R1 fed in chunks of input-chosen sizes, retried the way source/redis_shard_source.cc does
 //     (when `need` bytes are there or the buffer has doubled), the walker yields exactly the
 //     items, offsets and final status (end, error text, or waiting for bytes) of the walker fed
 //     the whole input at once;

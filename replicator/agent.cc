@@ -6,6 +6,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "replicator/clock_report.h"
 #include "replicator/metrics.h"
 #include "replicator/pipeline.h"
+#include "replicator/source_link.h"
 
 namespace xdcr::replicator {
 namespace {
@@ -157,9 +159,11 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
 namespace {
 
 /**
- * The agent's pipelines, on the io_context. A pipeline that ends is removed; a replacement
- * waiting for it (a SIGHUP changed its config) starts then, so the old one has drained and
- * checkpointed before the new one resumes from that checkpoint.
+ * The agent's pipelines and the links that run them, on the io_context. Pipelines that name the
+ * same source start on one SourceLink (fan-out); a pipeline a link detaches runs on a link of
+ * its own. A pipeline that stops is removed; a replacement waiting for it (a SIGHUP changed its
+ * config) starts then, so the old one has drained and checkpointed before the new one resumes
+ * from that checkpoint.
  */
 class PipelineSet {
  public:
@@ -174,17 +178,20 @@ class PipelineSet {
   const Pipelines& pipelines() const { return pipelines_; }
   bool failed() const { return failed_; }
 
-  void start(const config::ConfigConstSharedPtr& cfg, const config::PipelineConfig& pc) {
-    auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, pc, clock_);
-    // A pipeline started by a reload need not wait a whole check_interval for its clocks.
-    if (monitor_.latest()) p->onClockReport(*monitor_.latest());
-    Pipeline* raw = p.get();
-    fingerprints_[pc.name] = config::pipelineFingerprint(*cfg, pc);
-    pipelines_.push_back(std::move(p));
-    net::co_spawn(ioc_, raw->run(), [this, raw](std::exception_ptr e, bool ok) {
-      if (e || !ok) failed_ = true;
-      finished(raw);
-    });
+  /** Starts `pcs` of `cfg`, those of one source on one shared link. */
+  void start(const config::ConfigConstSharedPtr& cfg,
+             const std::vector<const config::PipelineConfig*>& pcs) {
+    std::map<std::string, std::vector<Pipeline*>> by_source;
+    for (const config::PipelineConfig* pc : pcs) {
+      auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, *pc, clock_);
+      // A pipeline started by a reload need not wait a whole check_interval for its clocks.
+      if (monitor_.latest()) p->onClockReport(*monitor_.latest());
+      fingerprints_[pc->name] = config::pipelineFingerprint(*cfg, *pc);
+      configs_[pc->name] = cfg;
+      by_source[pc->source].push_back(p.get());
+      pipelines_.push_back(std::move(p));
+    }
+    for (auto& [source, members] : by_source) startLink(configs_[members.front()->name()], members);
   }
 
   /** SIGHUP with a valid new config: restart changed pipelines, start new, stop removed. */
@@ -201,19 +208,22 @@ class PipelineSet {
         p->stop();
       }
     }
+    std::vector<const config::PipelineConfig*> fresh;
     for (const auto& pc : cfg->pipelines) {
       bool running = false;
       for (const auto& p : pipelines_) running = running || p->name() == pc.name;
       if (!running) {
         spdlog::info("reload: starting new pipeline {}", pc.name);
-        start(cfg, pc);
+        fresh.push_back(&pc);
       }
     }
+    if (!fresh.empty()) start(cfg, fresh);
   }
 
   void stopAll() {
     stopping_ = true;
     replacements_.clear();
+    for (const auto& l : links_) l->stopAll();
     for (const auto& p : pipelines_) p->stop();
     if (pipelines_.empty()) {
       monitor_.stop();
@@ -222,18 +232,47 @@ class PipelineSet {
   }
 
  private:
+  void startLink(const config::ConfigConstSharedPtr& cfg, std::vector<Pipeline*> members) {
+    auto link = std::make_unique<SourceLink>(
+        ioc_.get_executor(), cfg, std::move(members), clock_,
+        [this, cfg](Pipeline* p) {
+          if (stopping_ || p->stopping()) {
+            finished(p);
+          } else {
+            startLink(cfg, {p});
+          }
+        },
+        [this](Pipeline* p) { finished(p); });
+    SourceLink* raw = link.get();
+    links_.push_back(std::move(link));
+    net::co_spawn(ioc_, raw->run(), [this, raw](std::exception_ptr e) {
+      if (e) failed_ = true;
+      // Deleted once run() has fully returned (this handler runs after its frame is gone).
+      net::post(ioc_, [this, raw] {
+        std::erase_if(links_, [&](const auto& l) { return l.get() == raw; });
+        maybeExit();
+      });
+    });
+  }
+
   void finished(Pipeline* done) {
     std::string name = done->name();
+    if (done->state() == PipelineState::Stopped && !done->stopping()) failed_ = true;
     std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; });
     auto it = replacements_.find(name);
     if (it != replacements_.end() && !stopping_) {
       auto [cfg, pc] = it->second;
       replacements_.erase(it);
-      start(cfg, *pc);
+      start(cfg, {pc});
       return;
     }
     fingerprints_.erase(name);
-    if (pipelines_.empty() && (stopping_ || replacements_.empty())) {
+    configs_.erase(name);
+    maybeExit();
+  }
+
+  void maybeExit() {
+    if (pipelines_.empty() && links_.empty() && (stopping_ || replacements_.empty())) {
       if (!stopping_) spdlog::warn("no pipeline is running any more");
       if (stopping_ || failed_) {
         monitor_.stop();
@@ -246,7 +285,9 @@ class PipelineSet {
   const clock::Clock& clock_;
   clock::SkewMonitor& monitor_;
   Pipelines pipelines_;
+  std::vector<std::unique_ptr<SourceLink>> links_;
   std::map<std::string, std::string> fingerprints_;
+  std::map<std::string, config::ConfigConstSharedPtr> configs_;
   std::map<std::string, std::pair<config::ConfigConstSharedPtr, const config::PipelineConfig*>>
       replacements_;
   bool stopping_ = false;
@@ -267,7 +308,11 @@ int runAgent(config::ConfigConstSharedPtr config) {
   spdlog::info("xdcr-agent {} ({}) starting {} pipeline(s) from {}", version(), gitRevision(),
                config->pipelines.size(), config->path);
   for (const auto& w : config::securityWarnings(*config)) spdlog::warn("{}", w);
-  for (const auto& p : config->pipelines) set.start(config, p);
+  {
+    std::vector<const config::PipelineConfig*> all;
+    for (const auto& p : config->pipelines) all.push_back(&p);
+    set.start(config, all);
+  }
 
   bool stopping = false;
   config::ConfigConstSharedPtr current = config;

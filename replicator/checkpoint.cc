@@ -109,7 +109,7 @@ Status CheckpointStore::syncDirectory() const {
   return Status{};
 }
 
-Result<std::optional<Checkpoint>> CheckpointStore::load(filters::ExpiryIndex& index) {
+Result<std::optional<Checkpoint>> CheckpointStore::load(source::ExpiryIndex& index) {
   closeJournal();
   has_base_ = false;
   base_bytes_ = journal_bytes_ = 0;
@@ -220,7 +220,7 @@ Result<std::optional<Checkpoint>> CheckpointStore::load(filters::ExpiryIndex& in
   return std::optional<Checkpoint>(cp);
 }
 
-Status CheckpointStore::commit(const Checkpoint& cp, const filters::ExpiryIndex& index) {
+Status CheckpointStore::commit(const Checkpoint& cp, const source::ExpiryIndex& index) {
   const uint64_t generation = newGeneration();
   nlohmann::json j = headerJson(pipeline_, cp);
   j["generation"] = generation;
@@ -268,7 +268,7 @@ Status CheckpointStore::commit(const Checkpoint& cp, const filters::ExpiryIndex&
 }
 
 Status CheckpointStore::appendDelta(const Checkpoint& cp,
-                                    const std::vector<filters::ExpiryIndex::Op>& ops) {
+                                    const std::vector<source::ExpiryIndex::Op>& ops) {
   if (!has_base_) {
     return fail(Error::storage(fmt::format(
         "internal: checkpoint journal {} has no base image to follow", journal_path_)));
@@ -294,7 +294,7 @@ Status CheckpointStore::appendDelta(const Checkpoint& cp,
   putRaw(record, generation_);
   putRaw(record, static_cast<uint32_t>(header.size()));
   record += header;
-  filters::ExpiryIndex::serializeOps(ops, record);
+  source::ExpiryIndex::serializeOps(ops, record);
   const uint64_t body_len = record.size() - 8;
   if (body_len > UINT32_MAX) {
     return fail(Error::storage("internal: checkpoint journal record too large"));

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "filters/expiry_index.h"
+#include "source/expiry_index.h"
 #include "source/redis_source.h"
 
 namespace xdcr::replicator {
@@ -55,15 +55,15 @@ class CheckpointStore {
    * Reads the last checkpoint (the base image, then the journal's records) into `index`;
    * nullopt (no error) when there is none yet.
    */
-  Result<std::optional<Checkpoint>> load(filters::ExpiryIndex& index);
+  Result<std::optional<Checkpoint>> load(source::ExpiryIndex& index);
   /** Writes a whole image atomically as the new base; the journal starts empty. */
-  Status commit(const Checkpoint& cp, const filters::ExpiryIndex& index);
+  Status commit(const Checkpoint& cp, const source::ExpiryIndex& index);
   /**
    * Appends a checkpoint to the journal: `cp` and the index changes since the previous
    * checkpoint. Needs a base (hasBase()). On failure the journal may end in a torn record and
    * the changes are lost to it: the next checkpoint must be a whole image (commit).
    */
-  Status appendDelta(const Checkpoint& cp, const std::vector<filters::ExpiryIndex::Op>& ops);
+  Status appendDelta(const Checkpoint& cp, const std::vector<source::ExpiryIndex::Op>& ops);
 
   /** Deletes the checkpoint and its journal (durably). No checkpoint is not an error. */
   Status remove();

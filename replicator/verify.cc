@@ -18,9 +18,9 @@
 #include "clock/redis_time.h"
 #include "common/redis_conn.h"
 #include "common/stats.h"
-#include "filters/expiry_index.h"
-#include "filters/stream_filter.h"
-#include "replicator/marker.h"
+#include "source/expiry_index.h"
+#include "filters/key_space.h"
+#include "target/marker.h"
 #include "target/max_ttl.h"
 
 namespace xdcr::replicator {
@@ -116,9 +116,7 @@ class Verifier {
         src_(ex, fmt::format("source {} ({})", src_cfg_.name, src_cfg_.address())),
         dst_(ex, fmt::format("target {} ({})", dst_cfg_.name, dst_cfg_.address())),
         local_clock_(),
-        src_clock_(local_clock_),
-        filter_(pipe, index_, src_clock_, stats_),
-        rewriter_(pipe.key_rewrite),
+        keys_(std::make_shared<const filters::KeySpace>(pipe)),
         policy_(dst_cfg_.buckets) {}
 
   net::awaitable<int> run();
@@ -142,11 +140,7 @@ class Verifier {
   VerifyOptions opt_;
   RedisConnection src_, dst_;
   clock::SystemClock local_clock_;
-  clock::ClusterClock src_clock_;
-  filters::ExpiryIndex index_;
-  PipelineStats stats_;
-  filters::StreamFilter filter_;
-  filters::KeyRewriter rewriter_;
+  filters::KeySpaceConstSharedPtr keys_;  // the same key space the pipeline's sink writes
   target::MaxTtlPolicy policy_;
 
   int src_db_ = -1, dst_db_ = -1;  // selected on each connection
@@ -337,7 +331,7 @@ net::awaitable<Status> Verifier::countExtra() {
   // Target keys with no source key behind them, in the dbs this pipeline writes. The agent
   // leaves such keys alone by design (a full sync does not delete them), so they are reported,
   // not counted as differences.
-  for (auto [tdb, sdb] : filter_.sourceDbsByTarget()) {
+  for (auto [tdb, sdb] : keys_->sourceDbsByTarget()) {
     if (auto s = co_await select(dst_, tdb, dst_db_); !s) co_return s;
     if (auto s = co_await select(src_, sdb, src_db_); !s) co_return s;
     std::string cursor = "0";
@@ -346,9 +340,9 @@ net::awaitable<Status> Verifier::countExtra() {
       if (!keys) co_return fail(keys.error());
       std::vector<Cmd> exists;
       for (const auto& tkey : *keys) {
-        if (isMarkerKey(tkey)) continue;
-        std::string skey = rewriter_.unmap(tkey);
-        if (!filter_.keyPasses(skey)) continue;
+        if (target::isMarkerKey(tkey)) continue;
+        std::string skey = keys_->unrewrite(tkey);
+        if (!keys_->keyPasses(skey)) continue;
         exists.push_back({"EXISTS", std::move(skey)});
       }
       if (!exists.empty()) {
@@ -389,7 +383,7 @@ net::awaitable<int> Verifier::run() {
   // A sample: every stride-th key of the scan, stride from the total size.
   uint64_t total = 0;
   for (int db : *dbs) {
-    if (filter_.mapDb(db) < 0) continue;
+    if (keys_->mapDb(db) < 0) continue;
     if (auto s = co_await select(src_, db, src_db_); !s) break;
     const std::vector<Cmd> size = {{"DBSIZE"}};
     if (auto r = co_await src_.callMany(size, kTimeout)) total += uint64_t((*r)[0].integer);
@@ -400,7 +394,7 @@ net::awaitable<int> Verifier::run() {
 
   Status status;
   for (int db : *dbs) {
-    const int tdb = filter_.mapDb(db);
+    const int tdb = keys_->mapDb(db);
     if (tdb < 0) continue;
     std::string cursor = "0";
     std::vector<KeyRef> batch;
@@ -415,9 +409,9 @@ net::awaitable<int> Verifier::run() {
         break;
       }
       for (auto& key : *keys) {
-        if (!filter_.keyPasses(key) || seen++ % stride != 0) continue;
+        if (!keys_->keyPasses(key) || seen++ % stride != 0) continue;
         if (opt_.sample > 0 && checked_ + batch.size() >= opt_.sample) break;
-        auto [prefix, rest] = rewriter_.map(key);
+        auto [prefix, rest] = keys_->rewrite(key);
         std::string dst_key = std::string(prefix) + std::string(rest);
         batch.push_back({db, tdb, std::move(key), std::move(dst_key)});
         if (batch.size() >= kBatch) {

@@ -29,6 +29,7 @@ enum class Effect : uint8_t {
   Exec,       // transaction end
   Heartbeat,  // ping, REPLCONF GETACK: no effect on data
   Unknown,    // not in the table: forwarded verbatim and counted
+  SnapshotKey,  // not a command: one key of a full sync's snapshot (Change::rdb), a create
 };
 
 /** Where a command's keys are (beyond the simple range). */

@@ -167,6 +167,8 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
     case Effect::Unknown:
       c.events.push_back(keyless(EventKind::Other, db));
       return true;
+    case Effect::SnapshotKey:
+      break;  // never a stream command (lookupCommand does not return it)
   }
   return true;
 }

@@ -3,11 +3,14 @@
 // key it touches (or one keyless event: a flush, an unknown command). Events view the source's
 // read buffer: they live as long as the unit they came from (no copies on the hot path).
 //
-//   source/  decodes entries into Events (effect, keys, the deadline the command states)
-//   filters/ resolves deadlines from the expiry index, classifies deletions, drops/strips
-//   target/  clamps to the target's maxTTL and writes RESP
+//   source/  decodes entries into Events (effect, keys, the deadline the command states), then
+//            resolves deadlines from the expiry index and classifies deletions (Resolver):
+//            a resolved, target-neutral unit (ResolvedUnit)
+//   filters/ judges each event for one pipeline: key space, drop_*, strip_ttl (EventFilter)
+//   target/  clamps to the target's maxTTL and writes RESP (a Sink)
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -35,14 +38,26 @@ struct Event {
   int64_t deadline_ms = 0; // E: absolute epoch ms in the SOURCE clock domain; 0 = none
   std::string_view from_key;  // RENAME/COPY: the source key whose deadline moves
   int from_db = 0;
-  // Set by filters/:
-  bool pass = true;           // false: not replicated
+  // Set by the resolver (false: a no-op at the source, e.g. a DEL of a key that had already
+  // expired) and then by filters/ (false: not replicated to this pipeline's target).
+  bool pass = true;
   bool stripped = false;      // strip_ttl removed a deadline / expiry change
+};
+
+/** The value of one snapshot key: the RDB's raw value bytes, written as a RESTORE payload. */
+struct RdbPayload {
+  uint8_t type = 0;
+  std::string_view value;  // views the source's read buffer
+  int rdb_version = 0;
+  int64_t idle_s = -1;  // LRU idle time, -1 = none
+  int freq = -1;        // LFU frequency, -1 = none
 };
 
 /** One decoded stream entry. */
 struct Change {
-  const Entry* entry = nullptr;       // the source command and its offset (entry->offset_end)
+  const Entry* entry = nullptr;       // the source command and its offset (entry->offset_end);
+                                      // nullptr for a snapshot key
+  const RdbPayload* rdb = nullptr;    // Effect::SnapshotKey: the key's value
   const CommandSpec* spec = nullptr;  // nullptr: a command not in the table
   Effect effect = Effect::Unknown;
   int db = 0;                         // source db the command ran in
@@ -63,5 +78,29 @@ struct Change {
  */
 bool decodeEntry(const Entry& entry, int db, int64_t source_now_ms, Change& out,
                  std::string* problem);
+
+/**
+ * What a Source hands downstream: one stream unit (one entry, or a whole MULTI ... EXEC block),
+ * or one key of a snapshot, every event resolved (kind, db, key, absolute source deadline) and
+ * nothing yet judged for any target. The changes view the source's read buffer: valid until the
+ * source is read or consumed again.
+ */
+struct ResolvedUnit {
+  bool transaction = false;
+  bool snapshot = false;    // a snapshot key: it stands at the FULLRESYNC offset
+  uint64_t offset_end = 0;  // the stream offset just past the unit
+  size_t bytes = 0;         // stream (or snapshot) bytes it took
+  size_t count = 0;         // changes[0 .. count) are this unit's (the vector is reused)
+  std::vector<Change> changes;
+
+  std::span<const Change> view() const { return {changes.data(), count}; }
+  /** The next change to fill, reusing a previous unit's vectors. */
+  Change& add() {
+    if (count == changes.size()) changes.emplace_back();
+    Change& c = changes[count++];
+    c.rdb = nullptr;
+    return c;
+  }
+};
 
 }  // namespace xdcr::source

@@ -9,12 +9,10 @@ using source::DeadlineRule;
 using source::Effect;
 using source::Event;
 
-Applier::Applier(const MaxTtlPolicy& policy, const filters::KeyRewriter& rewriter,
-                 const filters::StreamFilter& filter, const clock::ClusterClock& target_clock,
-                 PipelineStats& stats)
+Applier::Applier(const MaxTtlPolicy& policy, const filters::KeySpace& keys,
+                 const clock::ClusterClock& target_clock, PipelineStats& stats)
     : policy_(policy),
-      rewriter_(rewriter),
-      filter_(filter),
+      keys_(keys),
       target_clock_(target_clock),
       stats_(stats) {}
 
@@ -93,8 +91,8 @@ size_t Applier::finishUnit(std::string& out) {
 
 Applier::Dest Applier::dest(int source_db, std::string_view key) {
   Dest d;
-  d.db = filter_.mapDb(source_db);
-  auto [prefix, rest] = rewriter_.map(key);
+  d.db = keys_.mapDb(source_db);
+  auto [prefix, rest] = keys_.rewrite(key);
   d.prefix = prefix;
   d.rest = rest;
   if (policy_.empty()) {
@@ -151,14 +149,14 @@ void Applier::forward(const source::Change& c, bool rewrite_keys) {
   cmd(args.size());
   // Keys are rewritten at the positions the command table gives (key_args); with no rewrite
   // rules every argument goes out as it came.
-  const bool rewrite = rewrite_keys && !rewriter_.empty() && !c.key_args.empty();
+  const bool rewrite = rewrite_keys && keys_.rewrites() && !c.key_args.empty();
   for (size_t i = 0; i < args.size(); ++i) {
     bool is_key = false;
     if (rewrite) {
       for (auto k : c.key_args) is_key = is_key || k == i;
     }
     if (is_key) {
-      auto [prefix, rest] = rewriter_.map(args[i]);
+      auto [prefix, rest] = keys_.rewrite(args[i]);
       bulkKey(Dest{0, prefix, rest, 0});
     } else {
       bulk(args[i]);
@@ -222,7 +220,10 @@ void Applier::apply(const source::Change& c) {
   size_t passing = 0;
   for (const auto& ev : c.events) passing += ev.pass ? 1 : 0;
   if (passing == 0) return;
-  if (!unit_unsafe_ && source::isReplayUnsafe(c.spec)) unit_unsafe_ = true;
+  // A snapshot key (a RESTORE ... REPLACE) is idempotent; it has no command spec.
+  if (!unit_unsafe_ && c.effect != Effect::SnapshotKey && source::isReplayUnsafe(c.spec)) {
+    unit_unsafe_ = true;
+  }
 
   resetEntry();
   const int64_t now = target_clock_.nowMs();
@@ -316,8 +317,8 @@ void Applier::apply(const source::Change& c) {
       const Event& ev = c.events.front();
       cmd(3);
       bulk("SWAPDB");
-      bulkInt(filter_.mapDb(ev.db));
-      bulkInt(filter_.mapDb(ev.from_db));
+      bulkInt(keys_.mapDb(ev.db));
+      bulkInt(keys_.mapDb(ev.from_db));
       stats_.count(WriteOp::Other);
       break;
     }
@@ -327,11 +328,14 @@ void Applier::apply(const source::Change& c) {
       break;
     case Effect::Unknown: {
       // Not in the command table: forwarded verbatim in the mapped db, and counted.
-      ensureDb(filter_.mapDb(c.db));
+      ensureDb(keys_.mapDb(c.db));
       forward(c, false);
       stats_.count(WriteOp::Other);
       break;
     }
+    case Effect::SnapshotKey:
+      applySnapshotKey(c, c.events.front(), now);
+      break;
     case Effect::Select:
     case Effect::Multi:
     case Effect::Exec:
@@ -477,73 +481,67 @@ void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t 
 void Applier::applyFlush(const source::Change& c) {
   const Event& ev = c.events.front();
   bool all = resp::iequals(c.arg(0), "flushall");
-  if (all && filter_.dbMap().empty()) {
+  if (all && keys_.dbMap().empty()) {
     cmd(1);
     bulk("FLUSHALL");
   } else if (all) {
     // Only the target dbs this pipeline replicates into.
-    for (const auto& [src, dst] : filter_.dbMap()) {
+    for (const auto& [src, dst] : keys_.dbMap()) {
       ensureDb(dst);
       cmd(1);
       bulk("FLUSHDB");
     }
   } else {
-    ensureDb(filter_.mapDb(ev.db));
+    ensureDb(keys_.mapDb(ev.db));
     cmd(1);
     bulk("FLUSHDB");
   }
   stats_.count(WriteOp::Other);
 }
 
-Applier::SnapshotWrite Applier::applySnapshotKey(int source_db, std::string_view key,
-                                                 uint8_t type, std::string_view value,
-                                                 int rdb_version, int64_t expire_ms,
-                                                 int64_t idle_s, int freq) {
-  resetEntry();
-  const int64_t now = target_clock_.nowMs();
-  Dest d = dest(source_db, key);
+void Applier::applySnapshotKey(const source::Change& c, const Event& ev, int64_t now) {
+  const source::RdbPayload& rdb = *c.rdb;
+  Dest d = dest(ev.db, ev.key);
   ensureDb(d.db);
-  int64_t t = clamp(toTarget(expire_ms), d, now);
-  SnapshotWrite result = SnapshotWrite::Restored;
+  int64_t t = clamp(toTarget(ev.deadline_ms), d, now);
   if (t != 0 && t <= now) {
     // Already expired (on the source, or by the target's maxTTL): never a live copy here.
     setDeadline(d, t, now, false);
-    result = SnapshotWrite::Expired;
-  } else {
-    bool lru = idle_s >= 0, lfu = freq >= 0;
-    cmd(5 + (t ? 1 : 0) + (lru ? 2 : 0) + (lfu ? 2 : 0));
-    bulk("RESTORE");
-    bulkKey(d);
-    bulkInt(t);
-    // The DUMP payload, built in place: type, raw value, RDB version (LE), CRC64 (LE).
-    const char type_byte = static_cast<char>(type);
-    const char version[2] = {static_cast<char>(rdb_version & 0xff),
-                             static_cast<char>((rdb_version >> 8) & 0xff)};
-    uint64_t crc = source::rdb::crc64(0, &type_byte, 1);
-    crc = source::rdb::crc64(crc, value.data(), value.size());
-    crc = source::rdb::crc64(crc, version, 2);
-    entry_.push_back('$');
-    entry_.append(std::to_string(restorePayloadSize(value.size())));
-    entry_.append("\r\n");
-    entry_.push_back(type_byte);
-    entry_.append(value);
-    entry_.append(version, 2);
-    entry_.append(reinterpret_cast<const char*>(&crc), 8);  // little-endian host
-    entry_.append("\r\n");
-    bulk("REPLACE");
-    if (t) bulk("ABSTTL");
-    if (lru) {
-      bulk("IDLETIME");
-      bulkInt(idle_s);
-    }
-    if (lfu) {
-      bulk("FREQ");
-      bulkInt(freq);
-    }
-    stats_.count(WriteOp::Restore);
+    snapshot_write_ = SnapshotWrite::Expired;
+    return;
   }
-  endEntry(false);
-  return result;
+  snapshot_write_ = SnapshotWrite::Restored;
+  const bool lru = rdb.idle_s >= 0, lfu = rdb.freq >= 0;
+  cmd(5 + (t ? 1 : 0) + (lru ? 2 : 0) + (lfu ? 2 : 0));
+  bulk("RESTORE");
+  bulkKey(d);
+  bulkInt(t);
+  // The DUMP payload, built in place: type, raw value, RDB version (LE), CRC64 (LE).
+  const char type_byte = static_cast<char>(rdb.type);
+  const char version[2] = {static_cast<char>(rdb.rdb_version & 0xff),
+                           static_cast<char>((rdb.rdb_version >> 8) & 0xff)};
+  uint64_t crc = source::rdb::crc64(0, &type_byte, 1);
+  crc = source::rdb::crc64(crc, rdb.value.data(), rdb.value.size());
+  crc = source::rdb::crc64(crc, version, 2);
+  entry_.push_back('$');
+  entry_.append(std::to_string(restorePayloadSize(rdb.value.size())));
+  entry_.append("\r\n");
+  entry_.push_back(type_byte);
+  entry_.append(rdb.value);
+  entry_.append(version, 2);
+  entry_.append(reinterpret_cast<const char*>(&crc), 8);  // little-endian host
+  entry_.append("\r\n");
+  bulk("REPLACE");
+  if (t) bulk("ABSTTL");
+  if (lru) {
+    bulk("IDLETIME");
+    bulkInt(rdb.idle_s);
+  }
+  if (lfu) {
+    bulk("FREQ");
+    bulkInt(rdb.freq);
+  }
+  stats_.count(WriteOp::Restore);
 }
 
 }  // namespace xdcr::target

@@ -18,7 +18,7 @@
 
 #include "clock/clock.h"
 #include "common/stats.h"
-#include "filters/stream_filter.h"
+#include "filters/key_space.h"
 #include "source/event.h"
 #include "target/max_ttl.h"
 
@@ -26,29 +26,26 @@ namespace xdcr::target {
 
 class Applier {
  public:
-  Applier(const MaxTtlPolicy& policy, const filters::KeyRewriter& rewriter,
-          const filters::StreamFilter& filter, const clock::ClusterClock& target_clock,
-          PipelineStats& stats);
+  Applier(const MaxTtlPolicy& policy, const filters::KeySpace& keys,
+          const clock::ClusterClock& target_clock, PipelineStats& stats);
 
   /** Starts a unit: one entry, or a source MULTI ... EXEC block (`transaction`). */
   void beginUnit(bool transaction);
-  /** Translates one filtered entry of the current unit. */
+  /**
+   * Translates one judged change of the current unit (filters::EventFilter). A snapshot key
+   * (Effect::SnapshotKey, a create, §4) becomes `RESTORE key clamp(E) payload REPLACE [ABSTTL]
+   * [IDLETIME s] [FREQ f]`, the payload being the raw RDB value with its type, the RDB version
+   * and a CRC64, or DEL when the clamped deadline has already passed (lastSnapshotWrite()).
+   */
   void apply(const source::Change& change);
   /** Appends the unit's target commands to `out`; returns how many commands (= replies). */
   size_t finishUnit(std::string& out);
 
   enum class SnapshotWrite { Restored, Expired };
+  /** What the last snapshot key applied became. */
+  SnapshotWrite lastSnapshotWrite() const { return snapshot_write_; }
   /**
-   * One key of a full-sync snapshot (a create, §4): `RESTORE key clamp(E) payload REPLACE
-   * [ABSTTL] [IDLETIME s] [FREQ f]`, the payload being the raw RDB value with its type, the RDB
-   * version and a CRC64; or DEL when the clamped deadline has already passed. Call between
-   * beginUnit(false) and finishUnit(). The key must have passed the filters.
-   */
-  SnapshotWrite applySnapshotKey(int source_db, std::string_view key, uint8_t type,
-                                 std::string_view value, int rdb_version, int64_t expire_ms,
-                                 int64_t idle_s, int freq);
-  /**
-   * The target-loss marker (replicator/marker.h): `SET key token` in target db 0, in order after
+   * The target-loss marker (target/marker.h): `SET key token` in target db 0, in order after
    * everything before it. Call between beginUnit(false) and finishUnit().
    */
   void appendMarker(std::string_view key, std::string_view token);
@@ -108,9 +105,11 @@ class Applier {
   void applyFlush(const source::Change& c);
   void endEntry(bool needs_atomic);
 
+  void applySnapshotKey(const source::Change& c, const source::Event& ev, int64_t now);
+
   const MaxTtlPolicy& policy_;
-  const filters::KeyRewriter& rewriter_;
-  const filters::StreamFilter& filter_;
+  const filters::KeySpace& keys_;
+  SnapshotWrite snapshot_write_ = SnapshotWrite::Restored;
   const clock::ClusterClock& target_clock_;
   PipelineStats& stats_;
   int64_t compensation_ms_ = 0;

@@ -22,8 +22,9 @@ bool isAvailabilityError(std::string_view kind) {
 }  // namespace
 
 RedisTarget::RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster,
-                         std::string label, PipelineStats& stats)
+                         std::string label, PipelineStats& stats, const clock::Clock& clock)
     : cluster_(cluster),
+      clock_(clock),
       conn_(ex, std::move(label)),
       stats_(stats),
       writer_wake_(ex),
@@ -58,7 +59,7 @@ net::awaitable<Status> RedisTarget::connect() {
 
 void RedisTarget::commit(size_t commands, uint64_t source_offset) {
   if (commands > 0) {
-    if (sent_seq_ == replied_seq_) last_reply_ = std::chrono::steady_clock::now();
+    if (sent_seq_ == replied_seq_) last_reply_ = clock_.monotonicNow();
     sent_seq_ += commands;
     writer_wake_.notify();
   }
@@ -122,7 +123,7 @@ net::awaitable<Status> RedisTarget::runReader() {
       }
     }
     if (progressed) {
-      last_reply_ = std::chrono::steady_clock::now();
+      last_reply_ = clock_.monotonicNow();
       progress_.notify();
     }
     auto r = co_await conn_.readSome();
@@ -151,7 +152,7 @@ Status RedisTarget::onReplyError(const std::string& text) {
 
 double RedisTarget::stalledSeconds() const {
   if (sent_seq_ == replied_seq_) return 0;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_reply_).count();
+  return std::chrono::duration<double>(clock_.monotonicNow() - last_reply_).count();
 }
 
 }  // namespace xdcr::target

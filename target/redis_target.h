@@ -22,6 +22,7 @@
 #include <map>
 #include <string>
 
+#include "clock/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/notify.h"
@@ -34,7 +35,7 @@ namespace xdcr::target {
 class RedisTarget {
  public:
   RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
-              PipelineStats& stats);
+              PipelineStats& stats, const clock::Clock& clock);
 
   /** Connects, authenticates, checks the target answers PING, reads its proto-max-bulk-len. */
   net::awaitable<Status> connect();
@@ -80,6 +81,7 @@ class RedisTarget {
   Status onReplyError(const std::string& text);
 
   const config::ClusterConfig& cluster_;
+  const clock::Clock& clock_;
   RedisConnection conn_;
   PipelineStats& stats_;
   std::string pending_;

@@ -10,14 +10,14 @@
 #include <string>
 #include <unordered_map>
 
-#include "filters/expiry_index.h"
+#include "source/expiry_index.h"
 #include "replicator/checkpoint.h"
 
 namespace xdcr::replicator {
 namespace {
 
 namespace fs = std::filesystem;
-using Op = filters::ExpiryIndex::Op;
+using Op = source::ExpiryIndex::Op;
 
 class CheckpointStoreTest : public ::testing::Test {
  protected:
@@ -39,12 +39,12 @@ class CheckpointStoreTest : public ::testing::Test {
     return cp;
   }
   /** Appends a delta checkpoint of the index's journal at `offset`. */
-  static void delta(CheckpointStore& store, filters::ExpiryIndex& index, uint64_t offset) {
+  static void delta(CheckpointStore& store, source::ExpiryIndex& index, uint64_t offset) {
     std::vector<Op> ops;
     index.takeJournal(ops);
     ASSERT_TRUE(store.appendDelta(at(offset), ops).has_value());
   }
-  static void expectSame(const filters::ExpiryIndex& a, const filters::ExpiryIndex& b,
+  static void expectSame(const source::ExpiryIndex& a, const source::ExpiryIndex& b,
                          const std::vector<std::pair<int, std::string>>& keys) {
     EXPECT_EQ(a.size(), b.size());
     for (const auto& [db, k] : keys) {
@@ -59,7 +59,7 @@ class CheckpointStoreTest : public ::testing::Test {
 
 TEST_F(CheckpointStoreTest, BaseThenJournalRecordsLoadAsTheLastCheckpoint) {
   CheckpointStore store(dir_, "p");
-  filters::ExpiryIndex index;
+  source::ExpiryIndex index;
   std::vector<std::pair<int, std::string>> keys;
   for (int i = 0; i < 1000; ++i) {
     keys.emplace_back(i % 3, "k" + std::to_string(i));
@@ -82,7 +82,7 @@ TEST_F(CheckpointStoreTest, BaseThenJournalRecordsLoadAsTheLastCheckpoint) {
   EXPECT_TRUE(fs::exists(store.journalPath()));
 
   CheckpointStore reopened(dir_, "p");
-  filters::ExpiryIndex loaded;
+  source::ExpiryIndex loaded;
   auto cp = reopened.load(loaded);
   ASSERT_TRUE(cp.has_value()) << cp.error().message;
   ASSERT_TRUE(cp->has_value());
@@ -95,7 +95,7 @@ TEST_F(CheckpointStoreTest, BaseThenJournalRecordsLoadAsTheLastCheckpoint) {
   ASSERT_TRUE(store.commit(at(500), index).has_value());
   EXPECT_FALSE(fs::exists(store.journalPath()));
   EXPECT_EQ(store.journalBytes(), 0u);
-  filters::ExpiryIndex again;
+  source::ExpiryIndex again;
   auto cp2 = CheckpointStore(dir_, "p").load(again);
   ASSERT_TRUE(cp2.has_value() && cp2->has_value());
   EXPECT_EQ((*cp2)->position.offset, 500u);
@@ -104,7 +104,7 @@ TEST_F(CheckpointStoreTest, BaseThenJournalRecordsLoadAsTheLastCheckpoint) {
 
 TEST_F(CheckpointStoreTest, ATornLastRecordIsIgnoredAndCutOffByTheNextAppend) {
   CheckpointStore store(dir_, "p");
-  filters::ExpiryIndex index;
+  source::ExpiryIndex index;
   index.set(0, "a", 10);
   ASSERT_TRUE(store.commit(at(100), index).has_value());
   index.setJournaling(true);
@@ -117,20 +117,20 @@ TEST_F(CheckpointStoreTest, ATornLastRecordIsIgnoredAndCutOffByTheNextAppend) {
   fs::resize_file(store.journalPath(), good + 10);
 
   CheckpointStore reopened(dir_, "p");
-  filters::ExpiryIndex loaded;
+  source::ExpiryIndex loaded;
   auto cp = reopened.load(loaded);
   ASSERT_TRUE(cp.has_value()) << cp.error().message;
   ASSERT_TRUE(cp->has_value());
   EXPECT_EQ((*cp)->position.offset, 200u);  // the last complete one
   EXPECT_EQ(loaded.get(0, "b").ms, 20);
-  EXPECT_EQ(loaded.get(0, "c").state, filters::ExpiryIndex::State::None);
+  EXPECT_EQ(loaded.get(0, "c").state, source::ExpiryIndex::State::None);
   EXPECT_EQ(reopened.journalBytes(), good);
 
   // Appending after the torn tail: the tail is cut off, the new record is readable.
   loaded.setJournaling(true);
   loaded.set(0, "d", 40);
   delta(reopened, loaded, 400);
-  filters::ExpiryIndex third;
+  source::ExpiryIndex third;
   auto cp3 = CheckpointStore(dir_, "p").load(third);
   ASSERT_TRUE(cp3.has_value() && cp3->has_value());
   EXPECT_EQ((*cp3)->position.offset, 400u);
@@ -141,7 +141,7 @@ TEST_F(CheckpointStoreTest, ATornLastRecordIsIgnoredAndCutOffByTheNextAppend) {
 
 TEST_F(CheckpointStoreTest, AJournalOfAnOlderBaseIsIgnored) {
   CheckpointStore store(dir_, "p");
-  filters::ExpiryIndex index;
+  source::ExpiryIndex index;
   ASSERT_TRUE(store.commit(at(100), index).has_value());
   index.setJournaling(true);
   index.set(0, "old", 1);
@@ -152,7 +152,7 @@ TEST_F(CheckpointStoreTest, AJournalOfAnOlderBaseIsIgnored) {
   ASSERT_TRUE(store.commit(at(300), index).has_value());
   // ... and a crash before the old journal's removal would have left it in place.
   fs::rename(journal + ".saved", journal);
-  filters::ExpiryIndex loaded;
+  source::ExpiryIndex loaded;
   auto cp = CheckpointStore(dir_, "p").load(loaded);
   ASSERT_TRUE(cp.has_value() && cp->has_value());
   EXPECT_EQ((*cp)->position.offset, 300u);
@@ -161,7 +161,7 @@ TEST_F(CheckpointStoreTest, AJournalOfAnOlderBaseIsIgnored) {
 
 TEST_F(CheckpointStoreTest, DamageIsAnErrorNamingTheFile) {
   CheckpointStore store(dir_, "p");
-  filters::ExpiryIndex index;
+  source::ExpiryIndex index;
   index.set(0, "a", 10);
   ASSERT_TRUE(store.commit(at(100), index).has_value());
   {
@@ -169,7 +169,7 @@ TEST_F(CheckpointStoreTest, DamageIsAnErrorNamingTheFile) {
     f.seekp(-12, std::ios::end);
     f.put('\x7f');
   }
-  filters::ExpiryIndex loaded;
+  source::ExpiryIndex loaded;
   auto cp = CheckpointStore(dir_, "p").load(loaded);
   ASSERT_FALSE(cp.has_value());
   EXPECT_NE(cp.error().message.find(store.path()), std::string::npos) << cp.error().message;
@@ -178,7 +178,7 @@ TEST_F(CheckpointStoreTest, DamageIsAnErrorNamingTheFile) {
 
 TEST_F(CheckpointStoreTest, NoCheckpointAndRemove) {
   CheckpointStore store(dir_, "p");
-  filters::ExpiryIndex index;
+  source::ExpiryIndex index;
   auto none = store.load(index);
   ASSERT_TRUE(none.has_value());
   EXPECT_FALSE(none->has_value());

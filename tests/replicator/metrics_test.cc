@@ -7,7 +7,8 @@
 #include <sstream>
 
 #include "clock/clock.h"
-#include "filters/stream_filter.h"
+#include "filters/event_filter.h"
+#include "source/resolver.h"
 #include "replicator/metrics.h"
 #include "target/applier.h"
 
@@ -16,23 +17,25 @@ namespace {
 
 constexpr int64_t kNow = 1'000'000'000'000;
 
-/** Runs commands through StreamFilter + Applier and returns the stats. */
+/** Runs commands through Resolver + EventFilter + Applier and returns the stats. */
 PipelineStats run(const config::PipelineConfig& pipe, const std::vector<config::BucketConfig>& b,
                   const std::vector<std::vector<std::string>>& cmds) {
   clock::SimulatedClock clock(kNow);
   clock::ClusterClock src(clock), dst(clock);
-  filters::ExpiryIndex index;
+  source::ExpiryIndex index;
   PipelineStats stats;
   target::MaxTtlPolicy policy(b);
-  filters::KeyRewriter rw(pipe.key_rewrite);
-  filters::StreamFilter filter(pipe, index, src, stats);
-  target::Applier applier(policy, rw, filter, dst, stats);
+  auto keys = std::make_shared<const filters::KeySpace>(pipe);
+  source::Resolver resolver(index, src);
+  filters::EventFilter filter(pipe, keys, stats);
+  target::Applier applier(policy, *keys, dst, stats);
   for (const auto& c : cmds) {
     std::vector<std::string_view> v(c.begin(), c.end());
     source::Entry e{v, 1};
     source::Change ch;
     applier.beginUnit(false);
-    filter.process(e, ch);
+    resolver.resolve(e, ch);
+    filter.judge(ch);
     applier.apply(ch);
     std::string out;
     applier.finishUnit(out);

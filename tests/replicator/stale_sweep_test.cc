@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
-#include "replicator/stale_sweep.h"
+#include "target/stale_sweep.h"
 
-namespace xdcr::replicator {
+namespace xdcr::target {
 namespace {
 
 TEST(SnapshotKeys, ContainsExactlyTheAddedKeysPerDb) {
@@ -41,4 +41,4 @@ TEST(SnapshotKeys, ConfigKeyDefaultsOffAndIsValidated) {
 }
 
 }  // namespace
-}  // namespace xdcr::replicator
+}  // namespace xdcr::target

@@ -1,6 +1,6 @@
 #include "tests/support/resp_client.h"
 
-#include "replicator/marker.h"
+#include "target/marker.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -399,11 +399,11 @@ void RespClient::select(int db) {
   }
 }
 
-bool isAgentMarkerKey(std::string_view key) { return replicator::isMarkerKey(key); }
+bool isAgentMarkerKey(std::string_view key) { return target::isMarkerKey(key); }
 
 int64_t dataDbSize(RespClient& client) {
   const int64_t size = client.command({"DBSIZE"}).integer();
-  const RespValue markers = client.command({"KEYS", std::string(replicator::kMarkerPrefix) + "*"});
+  const RespValue markers = client.command({"KEYS", std::string(target::kMarkerPrefix) + "*"});
   return size - static_cast<int64_t>(markers.isArray() ? markers.array().size() : 0);
 }
 

@@ -117,7 +117,7 @@ class RespClient {
 
 /**
  * The agent writes a target-loss marker key per pipeline into the target's db 0
- * (replicator/marker.h): bookkeeping, not replicated data. Comparisons leave it out.
+ * (target/marker.h): bookkeeping, not replicated data. Comparisons leave it out.
  */
 bool isAgentMarkerKey(std::string_view key);
 /** DBSIZE of the selected db without the agent's marker keys. */

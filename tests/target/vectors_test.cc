@@ -9,7 +9,8 @@
 
 #include "clock/clock.h"
 #include "common/resp.h"
-#include "filters/stream_filter.h"
+#include "filters/event_filter.h"
+#include "source/resolver.h"
 #include "target/applier.h"
 
 namespace xdcr::target {
@@ -27,7 +28,7 @@ class Chain {
   std::vector<config::BucketConfig> buckets;
   clock::SimulatedClock clock{kNow};
   clock::ClusterClock src{clock}, dst{clock};
-  filters::ExpiryIndex index;
+  source::ExpiryIndex index;
   PipelineStats stats;
 
   void maxTtl(int64_t bucket_s, int64_t coll_s, const std::string& glob = "k*", int db = 0) {
@@ -72,7 +73,8 @@ class Chain {
     applier_->beginUnit(transaction);
     source::Change change;
     for (const auto& e : entries) {
-      filter_->process(e, change);
+      resolver_->resolve(e, change);  // the source side: shared by every pipeline
+      filter_->judge(change);         // this pipeline's filters
       applier_->apply(change);
     }
     if (stamp && (applier_->groupOpen() || applier_->unitReplayUnsafe())) {
@@ -108,13 +110,15 @@ class Chain {
   void build() {
     if (applier_) return;
     policy_ = std::make_unique<MaxTtlPolicy>(buckets);
-    rewriter_ = std::make_unique<filters::KeyRewriter>(pipe.key_rewrite);
-    filter_ = std::make_unique<filters::StreamFilter>(pipe, index, src, stats);
-    applier_ = std::make_unique<Applier>(*policy_, *rewriter_, *filter_, dst, stats);
+    keys_ = std::make_shared<const filters::KeySpace>(pipe);
+    resolver_ = std::make_unique<source::Resolver>(index, src);
+    filter_ = std::make_unique<filters::EventFilter>(pipe, keys_, stats);
+    applier_ = std::make_unique<Applier>(*policy_, *keys_, dst, stats);
   }
   std::unique_ptr<MaxTtlPolicy> policy_;
-  std::unique_ptr<filters::KeyRewriter> rewriter_;
-  std::unique_ptr<filters::StreamFilter> filter_;
+  filters::KeySpaceConstSharedPtr keys_;
+  std::unique_ptr<source::Resolver> resolver_;
+  std::unique_ptr<filters::EventFilter> filter_;
   std::unique_ptr<Applier> applier_;
 };
 
@@ -348,7 +352,7 @@ TEST(Pipeline, RenameGivesTheDestinationTheSourceDeadlineUnderItsOwnCollection) 
             (Cmds{{"MULTI"}, {"RENAME", "short:b", "c"}, {"PEXPIREAT", "c", n(kNow + 500 * S)},
                   {"EXEC"}}));
   EXPECT_EQ(c.index.get(0, "c").ms, kNow + 500 * S);
-  EXPECT_EQ(c.index.get(0, "a").state, filters::ExpiryIndex::State::None);
+  EXPECT_EQ(c.index.get(0, "a").state, source::ExpiryIndex::State::None);
 }
 
 TEST(Pipeline, RestoreIsAbsoluteAndReplaces) {
@@ -405,7 +409,7 @@ TEST(Commands, MoveCarriesTheDeadlineToTheOtherDbUnderItsClamp) {
             (Cmds{{"MULTI"}, {"MOVE", "k", "4"}, {"SELECT", "4"},
                   {"PEXPIREAT", "k", n(kNow + 60 * S)}, {"SELECT", "0"}, {"EXEC"}}));
   EXPECT_EQ(c.index.get(4, "k").ms, kNow + 500 * S);
-  EXPECT_EQ(c.index.get(0, "k").state, filters::ExpiryIndex::State::None);
+  EXPECT_EQ(c.index.get(0, "k").state, source::ExpiryIndex::State::None);
 }
 
 TEST(Commands, SwapDbFollowsTheDbMapAndSwapsTheIndex) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace xdcr::replicator {
+namespace xdcr::target {
 
 inline constexpr std::string_view kMarkerPrefix = "__xdcr_marker__:";
 
@@ -29,4 +29,4 @@ inline bool isMarkerKey(std::string_view key) { return key.substr(0, kMarkerPref
 /** A fresh random token (16 hex digits). */
 std::string newMarkerToken();
 
-}  // namespace xdcr::replicator
+}  // namespace xdcr::target

@@ -1,11 +1,11 @@
-#include "filters/expiry_index.h"
+#include "source/expiry_index.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include <xxhash.h>
 
-namespace xdcr::filters {
+namespace xdcr::source {
 namespace {
 
 constexpr size_t kMinSlots = 8;  // a shard's first table
@@ -376,4 +376,4 @@ bool ExpiryIndex::replayOps(std::string_view in) {
   return true;
 }
 
-}  // namespace xdcr::filters
+}  // namespace xdcr::source

@@ -5,9 +5,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "filters/expiry_index.h"
+#include "source/expiry_index.h"
 
-namespace xdcr::filters {
+namespace xdcr::source {
 namespace {
 
 using State = ExpiryIndex::State;
@@ -180,4 +180,4 @@ TEST(ExpiryIndex, PurgeStepsGoRoundTheWholeIndex) {
 }
 
 }  // namespace
-}  // namespace xdcr::filters
+}  // namespace xdcr::source

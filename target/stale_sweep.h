@@ -21,11 +21,11 @@
 
 #include "common/error.h"
 #include "config/config.h"
-#include "filters/stream_filter.h"
+#include "filters/key_space.h"
 #include "target/applier.h"
 #include "target/redis_target.h"
 
-namespace xdcr::replicator {
+namespace xdcr::target {
 
 /** The (db, key) pairs of a snapshot, as 64-bit hashes. */
 class SnapshotKeys {
@@ -47,11 +47,10 @@ class SnapshotKeys {
  * key space that `snapshot` lacks. The agent's marker keys are left alone. Returns how many
  * keys were deleted once the target has acknowledged all of it.
  */
-net::awaitable<Result<uint64_t>> deleteStaleKeys(const config::PipelineConfig& pipeline,
+net::awaitable<Result<uint64_t>> deleteStaleKeys(std::string_view label,
                                                  const config::ClusterConfig& target_cluster,
-                                                 const filters::StreamFilter& filter,
-                                                 const SnapshotKeys& snapshot,
-                                                 target::Applier& applier,
-                                                 target::RedisTarget& target, uint64_t offset);
+                                                 const filters::KeySpace& keys,
+                                                 const SnapshotKeys& snapshot, Applier& applier,
+                                                 RedisTarget& target, uint64_t offset);
 
-}  // namespace xdcr::replicator
+}  // namespace xdcr::target

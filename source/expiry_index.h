@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-namespace xdcr::filters {
+namespace xdcr::source {
 
 class ExpiryIndex {
  public:
@@ -138,4 +138,4 @@ class ExpiryIndex {
   size_t purge_slot_ = 0;
 };
 
-}  // namespace xdcr::filters
+}  // namespace xdcr::source

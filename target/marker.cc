@@ -1,10 +1,10 @@
-#include "replicator/marker.h"
+#include "target/marker.h"
 
 #include <fmt/format.h>
 
 #include <random>
 
-namespace xdcr::replicator {
+namespace xdcr::target {
 
 std::string newMarkerToken() {
   thread_local std::mt19937_64 gen([] {
@@ -15,4 +15,4 @@ std::string newMarkerToken() {
   return fmt::format("{:016x}", gen());
 }
 
-}  // namespace xdcr::replicator
+}  // namespace xdcr::target

@@ -1,4 +1,4 @@
-#include "replicator/stale_sweep.h"
+#include "target/stale_sweep.h"
 
 #include <boost/asio/this_coro.hpp>
 
@@ -9,9 +9,9 @@
 #include <xxhash.h>
 
 #include "common/redis_conn.h"
-#include "replicator/marker.h"
+#include "target/marker.h"
 
-namespace xdcr::replicator {
+namespace xdcr::target {
 namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(10);
@@ -38,21 +38,17 @@ bool SnapshotKeys::contains(int db, std::string_view key) const {
   return std::binary_search(hashes_.begin(), hashes_.end(), hashOf(db, key));
 }
 
-net::awaitable<Result<uint64_t>> deleteStaleKeys(const config::PipelineConfig& pipeline,
+net::awaitable<Result<uint64_t>> deleteStaleKeys(std::string_view label,
                                                  const config::ClusterConfig& target_cluster,
-                                                 const filters::StreamFilter& filter,
-                                                 const SnapshotKeys& snapshot,
-                                                 target::Applier& applier,
-                                                 target::RedisTarget& target, uint64_t offset) {
-  RedisConnection conn(co_await net::this_coro::executor,
-                       fmt::format("pipeline {}: target {} ({}) stale-key scan", pipeline.name,
-                                   target_cluster.name, target_cluster.address()));
+                                                 const filters::KeySpace& space,
+                                                 const SnapshotKeys& snapshot, Applier& applier,
+                                                 RedisTarget& target, uint64_t offset) {
+  RedisConnection conn(co_await net::this_coro::executor, fmt::format("{} stale-key scan", label));
   Status s = co_await conn.connect(target_cluster.endpoint(), kTimeout);  // TCP, TLS, AUTH
   if (!s) co_return fail(s.error());
 
-  const filters::KeyRewriter rewriter(pipeline.key_rewrite);
   uint64_t deleted = 0;
-  for (auto [tdb, sdb] : filter.sourceDbsByTarget()) {
+  for (auto [tdb, sdb] : space.sourceDbsByTarget()) {
     const std::vector<std::vector<std::string>> select = {{"SELECT", std::to_string(tdb)}};
     auto sel = co_await conn.callMany(select, kTimeout);
     if (!sel) co_return fail(sel.error());
@@ -64,8 +60,8 @@ net::awaitable<Result<uint64_t>> deleteStaleKeys(const config::PipelineConfig& p
       applier.beginUnit(false);
       for (const auto& tkey : *keys) {
         if (isMarkerKey(tkey)) continue;
-        const std::string skey = rewriter.unmap(tkey);
-        if (!filter.keyPasses(skey) || snapshot.contains(sdb, skey)) continue;
+        const std::string skey = space.unrewrite(tkey);
+        if (!space.keyPasses(skey) || snapshot.contains(sdb, skey)) continue;
         applier.appendDelete(tdb, tkey);
         ++deleted;
       }
@@ -80,4 +76,4 @@ net::awaitable<Result<uint64_t>> deleteStaleKeys(const config::PipelineConfig& p
   co_return deleted;
 }
 
-}  // namespace xdcr::replicator
+}  // namespace xdcr::target

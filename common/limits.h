@@ -1,0 +1,65 @@
+#pragma once
+// Every limit of the replication engine in one place: unanswered commands and bytes, watchdog
+// periods, group sizes, checkpoint cadence, backoff. The agent runs with the defaults; tests
+// shrink them (a pipeline takes its Limits by value) to reach a limit in milliseconds, and the
+// supervision logic that reads them (replicator/supervision.h) runs on simulated time.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace xdcr {
+
+struct Limits {
+  using Duration = std::chrono::steady_clock::duration;
+
+  // ---- backpressure: stop taking units from the source while a target has this much
+  // unanswered (the source's backlog and output buffer hold the stream meanwhile).
+  uint64_t max_unanswered_commands = 100'000;
+  size_t max_unanswered_bytes = 16u << 20;
+  // The same during a snapshot (RESTOREs are large; fewer in flight keep the reply queue short).
+  uint64_t snapshot_max_unanswered_commands = 20'000;
+
+  // ---- watchdogs. Redis pings its replicas every 10 s (repl-ping-replica-period) and drops
+  // silent ones after repl-timeout (60 s): the same bound in the other direction.
+  Duration source_silence = std::chrono::seconds(60);
+  Duration target_stall = std::chrono::seconds(60);
+  // A graceful stop or a checkpoint waits this long for the target to answer everything.
+  Duration drain_timeout = std::chrono::seconds(30);
+
+  // ---- fan-out: a target that holds the shared link back (over its unanswered limits, paused)
+  // or has not answered anything it was sent for this long is detached onto a link of its own,
+  // so the other targets are never held back longer than this.
+  Duration detach_after = std::chrono::seconds(5);
+
+  // ---- the ACK to the source: every 100 ms in the first seconds of a session (a diskless
+  // source streams only after an ACK that follows its snapshot child's exit), then every second
+  // like Redis.
+  Duration ack_period = std::chrono::seconds(1);
+  Duration ack_period_early = std::chrono::milliseconds(100);
+  Duration ack_early_phase = std::chrono::seconds(3);
+
+  // ---- checkpoints. A checkpoint is taken early once this many index changes wait for one (a
+  // backlog drain makes ~250,000 a second), keeping the in-memory journal ~1.5 MB.
+  size_t checkpoint_every_changes = 64 * 1024;
+  // The journal is folded into a new whole image once it outgrows the image, and at least this.
+  uint64_t compact_journal_bytes = 64ULL << 20;
+  // Tombstones older than this are purged; a periodic checkpoint examines this many slots of
+  // the index for them (~1 ms), going round a big index over many checkpoints.
+  int64_t tombstone_purge_ms = 5 * 60 * 1000;
+  size_t purge_slots_per_checkpoint = 256 * 1024;
+
+  // ---- the replay stamp: units under one stamped MULTI/EXEC at most.
+  size_t max_group_units = 512;
+
+  // ---- reconnect backoff: exponential with jitter between these; a session that lasted
+  // backoff_reset_after starts again from the initial delay.
+  Duration backoff_initial = std::chrono::milliseconds(500);
+  Duration backoff_max = std::chrono::seconds(30);
+  Duration backoff_reset_after = std::chrono::seconds(60);
+
+  // ---- full-sync progress: a log line this often.
+  Duration progress_report = std::chrono::seconds(5);
+};
+
+}  // namespace xdcr

@@ -1,0 +1,57 @@
+#include "filters/key_space.h"
+
+#include <re2/re2.h>
+
+namespace xdcr::filters {
+
+KeySpace::KeySpace(const config::PipelineConfig& pipeline)
+    : dbs_(pipeline.dbs), rewrites_(pipeline.key_rewrite) {
+  RE2::Options opts;
+  opts.set_log_errors(false);
+  for (const auto& p : pipeline.filters.include_keys) {
+    include_.push_back(std::make_unique<re2::RE2>(p.value, opts));
+  }
+  for (const auto& p : pipeline.filters.exclude_keys) {
+    exclude_.push_back(std::make_unique<re2::RE2>(p.value, opts));
+  }
+}
+
+KeySpace::~KeySpace() = default;
+
+bool KeySpace::keyPasses(std::string_view key) const {
+  if (!include_.empty()) {
+    bool any = false;
+    for (const auto& re : include_) {
+      if (RE2::PartialMatch(key, *re)) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return false;
+  }
+  for (const auto& re : exclude_) {
+    if (RE2::PartialMatch(key, *re)) return false;
+  }
+  return true;
+}
+
+std::map<int, int> KeySpace::sourceDbsByTarget() const {
+  std::map<int, int> out;
+  if (dbs_.empty()) {
+    for (int db = 0; db < 16; ++db) out[db] = db;
+  } else {
+    for (auto [src, dst] : dbs_) out.emplace(dst, src);
+  }
+  return out;
+}
+
+std::string KeySpace::unrewrite(std::string_view target_key) const {
+  for (const auto& r : rewrites_) {
+    if (target_key.substr(0, r.to.size()) == r.to) {
+      return r.from + std::string(target_key.substr(r.to.size()));
+    }
+  }
+  return std::string(target_key);
+}
+
+}  // namespace xdcr::filters

@@ -1,0 +1,70 @@
+#pragma once
+// A pipeline's key space, one immutable value: which source dbs it replicates and into which
+// target db (`dbs`), which keys (`filters.include_keys` / `exclude_keys`, RE2, unanchored
+// search) and under which name (`key_rewrite`). Built once per pipeline configuration and shared
+// (KeySpaceConstSharedPtr) by everything that must agree on it: the event filter and the sink
+// that write, the stale-key sweep after a full sync, and `xdcr-agent verify` that compares.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+
+namespace re2 {
+class RE2;
+}
+
+namespace xdcr::filters {
+
+class KeySpace {
+ public:
+  explicit KeySpace(const config::PipelineConfig& pipeline);
+  ~KeySpace();
+  KeySpace(const KeySpace&) = delete;
+  KeySpace& operator=(const KeySpace&) = delete;
+
+  /** Target db for a source db, or -1 when the `dbs` map does not replicate it. */
+  int mapDb(int source_db) const {
+    if (dbs_.empty()) return source_db;
+    auto it = dbs_.find(source_db);
+    return it == dbs_.end() ? -1 : it->second;
+  }
+  /** include_keys / exclude_keys verdict for one key (any db). */
+  bool keyPasses(std::string_view key) const;
+  /** Both: the key is in the pipeline's key space. */
+  bool contains(int source_db, std::string_view key) const {
+    return mapDb(source_db) >= 0 && keyPasses(key);
+  }
+  /** The `dbs` map as configured (empty = identity). */
+  const std::map<int, int>& dbMap() const { return dbs_; }
+  /**
+   * The reverse of the `dbs` map, target db -> source db: every db the pipeline may write. The
+   * identity map covers Redis's default 16 dbs.
+   */
+  std::map<int, int> sourceDbsByTarget() const;
+
+  /** key_rewrite: the target key as two parts (prefix, rest), to be written back to back. */
+  std::pair<std::string_view, std::string_view> rewrite(std::string_view key) const {
+    for (const auto& r : rewrites_) {
+      if (key.substr(0, r.from.size()) == r.from) return {r.to, key.substr(r.from.size())};
+    }
+    return {std::string_view(), key};
+  }
+  /** The source name of a target key: undoes the first rule whose target prefix matches. */
+  std::string unrewrite(std::string_view target_key) const;
+  bool rewrites() const { return !rewrites_.empty(); }
+
+ private:
+  std::map<int, int> dbs_;
+  std::vector<std::unique_ptr<re2::RE2>> include_;
+  std::vector<std::unique_ptr<re2::RE2>> exclude_;
+  std::vector<config::KeyRewrite> rewrites_;
+};
+
+using KeySpaceConstSharedPtr = std::shared_ptr<const KeySpace>;
+
+}  // namespace xdcr::filters

@@ -1,0 +1,944 @@
+#include "replicator/source_link.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "replicator/supervision.h"
+#include "source/redis_shard_source.h"
+#include "target/marker.h"
+
+namespace xdcr::replicator {
+namespace {
+
+using namespace net::experimental::awaitable_operators;
+
+bool isGetAck(const source::Change& c) {
+  return c.entry != nullptr && c.entry->args.size() >= 2 &&
+         resp::iequals(c.entry->args[0], "replconf") && resp::iequals(c.entry->args[1], "getack");
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+SourceLink::SourceLink(net::any_io_executor ex, config::ConfigConstSharedPtr config,
+                       std::vector<Pipeline*> members, const clock::Clock& clock,
+                       MemberFn on_detach, MemberFn on_stopped)
+    : ex_(ex),
+      config_(std::move(config)),
+      source_cluster_(members.front()->sourceCluster()),
+      clock_(clock),
+      limits_(members.front()->limits()),
+      pipelines_(std::move(members)),
+      on_detach_(std::move(on_detach)),
+      on_stopped_(std::move(on_stopped)),
+      source_clock_(clock),
+      stop_wake_(ex),
+      ack_wake_(ex),
+      sink_wake_(ex),
+      rng_(std::random_device{}()) {
+  for (Pipeline* p : pipelines_) p->setLink(this);
+}
+
+SourceLink::~SourceLink() {
+  for (Pipeline* p : pipelines_) p->setLink(nullptr);
+}
+
+std::string SourceLink::label() const {
+  std::string names;
+  for (const Pipeline* p : pipelines_) names += (names.empty() ? "" : ", ") + p->name();
+  return fmt::format("pipeline{} {}: source {} ({})", pipelines_.size() > 1 ? "s" : "", names,
+                     source_cluster_.name, source_cluster_.address());
+}
+
+size_t SourceLink::live() const {
+  size_t n = 0;
+  for (const auto& m : members_) n += m.gone ? 0 : 1;
+  return n;
+}
+
+void SourceLink::stopAll() {
+  stopping_ = true;
+  for (Pipeline* p : pipelines_) p->stop();
+  if (live_source_ != nullptr) live_source_->cancel();  // wake a read waiting for the source
+  stop_wake_.notify();
+  ack_wake_.notify();
+}
+
+void SourceLink::memberStopping() {
+  bool all = true;
+  for (const Pipeline* p : pipelines_) all = all && p->stopping();
+  if (all) {
+    stopping_ = true;
+    stop_wake_.notify();
+  }
+  member_leaving_ = true;
+  if (live_source_ != nullptr && reading_source_) live_source_->cancel();
+  ack_wake_.notify();
+}
+
+void SourceLink::detach(Member& m, const std::string& why) {
+  Pipeline* p = m.p;
+  spdlog::warn("pipeline {}: detached from the link it shared with {} other pipeline(s) of "
+               "source {}: {}; it continues on a link of its own from its last checkpoint",
+               p->name(), live() - 1, source_cluster_.name, why);
+  m.gone = true;
+  m.pending.reset();
+  if (m.sink) m.sink->close();
+  p->setLiveSink(nullptr);
+  p->setLink(nullptr);
+  p->countDetachment();
+  std::erase(pipelines_, p);
+  // Started once this coroutine suspends: the new link loads the pipeline's checkpoint then.
+  net::post(ex_, [fn = on_detach_, p] { fn(p); });
+}
+
+net::awaitable<void> SourceLink::run() {
+  Backoff backoff(limits_);
+  while (!stopping_ && !pipelines_.empty()) {
+    const auto started = clock_.monotonicNow();
+    Status s;
+    try {
+      s = co_await session();
+    } catch (const std::exception& e) {
+      s = fail(Error::io(fmt::format("unexpected failure: {}", e.what())));
+    }
+    if (stopping_ || pipelines_.empty()) break;
+    const std::string why = s ? "session ended" : s.error().message;
+    spdlog::error("{}: {}", label(), why);
+    for (Pipeline* p : pipelines_) {
+      p->setLastError(why);
+      ++p->mutableStats().reconnects;
+      p->setState(PipelineState::Reconnecting);
+    }
+    const auto wait = backoff.next(clock_.monotonicNow() - started, rng_);
+    spdlog::info("{}: reconnecting in {} ms", label(),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+    co_await stop_wake_.waitFor(wait);
+  }
+  // Everyone still here stops with the link (a graceful stop, or a pipeline that cannot run).
+  std::vector<Pipeline*> left;
+  left.swap(pipelines_);
+  for (Pipeline* p : left) {
+    p->setState(PipelineState::Stopped);
+    p->setLink(nullptr);
+    spdlog::info("pipeline {}: stopped at offset {}", p->name(), p->appliedOffset());
+    on_stopped_(p);
+  }
+}
+
+Status SourceLink::loadCheckpoints() {
+  // Back to the last checkpoints: an offset and its expiry index belong together.
+  resume_at_.reset();
+  resume_db_ = 0;
+  index_.setJournaling(false);
+  index_.clearAll();
+  struct Loaded {
+    Pipeline* p;
+    source::ExpiryIndex index;
+  };
+  std::vector<Loaded> loaded;
+  for (Pipeline* p : std::vector<Pipeline*>(pipelines_)) {
+    Loaded l{p, {}};
+    if (auto s = p->open(l.index); !s) {
+      spdlog::error("pipeline {}: {}", p->name(), s.error().message);
+      if (pipelines_.size() == 1) return s;  // the pipeline cannot run at all
+      std::erase(pipelines_, p);
+      p->setState(PipelineState::Stopped);
+      p->setLink(nullptr);
+      net::post(ex_, [fn = on_stopped_, p] { fn(p); });
+      continue;
+    }
+    loaded.push_back(std::move(l));
+  }
+  // The link resumes where every member can: the oldest checkpoint of one replication history,
+  // with that checkpoint's index; members ahead of it skip what their target already holds.
+  // A member without a checkpoint (or of another history) needs a full sync the others do not:
+  // it runs on a link of its own. With no checkpoint anywhere, everyone shares one full sync.
+  const Loaded* base = nullptr;
+  for (const auto& l : loaded) {
+    if (!l.p->resumePoint()) continue;
+    if (base == nullptr ||
+        (l.p->resumePoint()->position.replid == base->p->resumePoint()->position.replid &&
+         l.p->resumePoint()->position.offset < base->p->resumePoint()->position.offset)) {
+      base = &l;
+    }
+  }
+  if (base != nullptr && loaded.size() > 1) {
+    const std::string& replid = base->p->resumePoint()->position.replid;
+    for (const auto& l : loaded) {
+      const auto& r = l.p->resumePoint();
+      if (r && r->position.replid == replid) continue;
+      spdlog::warn("pipeline {}: {}; it syncs on a link of its own", l.p->name(),
+                   r ? "its checkpoint belongs to another replication history than its "
+                       "link's"
+                     : "it has no checkpoint while the other pipelines of its source do");
+      std::erase(pipelines_, l.p);
+      l.p->setLink(nullptr);
+      l.p->countDetachment();
+      net::post(ex_, [fn = on_detach_, p = l.p] { fn(p); });
+    }
+  }
+  if (base != nullptr) {
+    resume_at_ = base->p->resumePoint()->position;
+    resume_db_ = base->p->resumePoint()->db;
+    index_ = std::move(const_cast<Loaded*>(base)->index);
+    // Journal the index's changes from the loaded state on; without a checkpoint there is a
+    // full sync first, whose end writes a whole image.
+    index_.setJournaling(true);
+    spdlog::info("{}: resuming from checkpoint {}:{} ({} deadlines in the expiry index)",
+                 label(), resume_at_->replid, resume_at_->offset, index_.size());
+  }
+  return Status{};
+}
+
+net::awaitable<Status> SourceLink::session() {
+  members_.clear();
+  checkpoint_due_ = false;
+  for (Pipeline* p : pipelines_) p->setState(PipelineState::Starting);
+  if (auto s = loadCheckpoints(); !s) {
+    stopping_ = true;  // nothing to retry: the state directory is unusable
+    co_return s;
+  }
+  if (pipelines_.empty()) co_return Status{};
+
+  // The sinks: connected, their writer/reader running from the start (a full sync writes
+  // through them too), their markers checked against the checkpoints.
+  for (Pipeline* p : pipelines_) {
+    Member& m = members_.emplace_back();
+    m.p = p;
+    m.sink = p->makeSink(clock_);
+  }
+  auto runSink = [this](Member& m) {
+    m.running = true;
+    net::co_spawn(ex_, m.sink->run(), [this, &m](std::exception_ptr e, Status s) {
+      m.running = false;
+      if (e) s = fail(Error::io("unexpected failure in the target writer"));
+      if (!m.gone && !s) m.failed = s.error();
+      if (!m.gone && s && !stopping_) m.failed = Error::io("target connection closed");
+      sink_wake_.notify();
+      ack_wake_.notify();
+      if (live_source_ != nullptr && reading_source_) live_source_->cancel();
+    });
+  };
+  struct JoinSinks {
+    SourceLink& link;
+    ~JoinSinks() {
+      for (auto& m : link.members_) {
+        if (m.sink) m.sink->close();
+        m.p->setLiveSink(nullptr);
+      }
+    }
+  } join{*this};
+  Status result;
+  bool resuming = resume_at_.has_value();
+  for (auto& m : members_) {
+    Status s = co_await m.sink->connect();
+    target::MarkerState markers;
+    if (s) {
+      auto r = co_await m.sink->readMarkers();
+      if (r) {
+        markers = *r;
+      } else {
+        s = fail(r.error());
+      }
+    }
+    if (!s) {
+      if (live() == 1) {
+        result = s;
+        break;
+      }
+      detach(m, s.error().message);
+      continue;
+    }
+    auto skip = m.p->checkMarkers(markers);
+    if (!skip) {
+      result = fail(skip.error());
+      break;
+    }
+    if (resuming && !m.p->resumePoint()) {
+      // This target lost data: it needs a full sync.
+      if (live() > 1) {
+        detach(m, "its target lost data its checkpoint counts as written");
+        continue;
+      }
+      resume_at_.reset();
+      index_.setJournaling(false);
+      index_.clearAll();
+    }
+    m.skip_until = *skip;
+    if (m.p->resumePoint() && resume_at_ && m.p->resumePoint()->position.offset > resume_at_->offset) {
+      // Ahead of the link: its target holds the stream up to its own checkpoint already.
+      m.skip_until = std::max(m.skip_until, m.p->resumePoint()->position.offset);
+    }
+    m.p->setLiveSink(m.sink.get());
+    runSink(m);
+  }
+  if (result && live() > 0) {
+    source::RedisShardSource source(ex_, source_cluster_, label(), index_, source_clock_);
+    auto r = co_await (streamSide(source) || watchSinks());
+    result = std::visit([](auto& s) { return s; }, r);
+  }
+  // Join: every sink's run() must have returned before its Member goes away.
+  for (auto& m : members_) {
+    if (m.sink) m.sink->close();
+  }
+  while (std::any_of(members_.begin(), members_.end(), [](const Member& m) { return m.running; })) {
+    co_await sink_wake_.waitFor(std::chrono::milliseconds(100));
+  }
+  co_return result;
+}
+
+net::awaitable<Status> SourceLink::watchSinks() {
+  for (;;) {
+    co_await sink_wake_.waitFor(std::chrono::seconds(1));
+    if (live() > 1) continue;  // several: the read loop detaches a failed one
+    for (auto& m : members_) {
+      if (!m.gone && m.failed) co_return fail(*m.failed);
+    }
+    if (live() == 0) co_return Status{};
+  }
+}
+
+net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
+  live_source_ = &source;
+  struct Clear {
+    source::Source*& p;
+    ~Clear() { p = nullptr; }
+  } clear{live_source_};
+
+  // A clock-skew pause holds before the source is even asked to sync: nothing may reach a
+  // target, a full sync included. The source's backlog keeps the stream meanwhile.
+  for (;;) {
+    if (stopping_) co_return Status{};
+    if (auto s = superviseMembers(false); !s) co_return s;
+    bool all_paused = live() > 0;
+    for (auto& m : members_) all_paused = all_paused && (m.gone || m.p->skewPaused());
+    if (!all_paused) break;
+    for (auto& m : members_) {
+      if (!m.gone) m.p->setState(PipelineState::Paused);
+    }
+    co_await members_.front().p->waitPauseChange(std::chrono::seconds(1));
+  }
+  if (live() == 0) co_return Status{};
+  for (auto& m : members_) {
+    if (!m.gone) m.p->setState(PipelineState::Starting);
+  }
+
+  auto kind = co_await source.start(resume_at_ ? &*resume_at_ : nullptr, resume_db_, *this);
+  if (!kind) {
+    source.close();
+    co_return fail(kind.error());
+  }
+  const uint64_t at = source.position().offset;
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    if (*kind == source::SyncKind::Partial) {
+      ++m.p->mutableStats().partial_syncs;
+    } else {
+      ++m.p->mutableStats().full_syncs;
+      m.skip_until = 0;  // a new history's offsets: the stamp says nothing about them
+    }
+    m.sink->resetOffset(at);
+    m.p->setSourceOffset(at);
+    m.p->setAppliedOffset(at);
+    m.p->setLag(0);
+  }
+  received_offset_ = at;
+  arrivals_.clear();
+  if (*kind == source::SyncKind::Full) {
+    for (auto& m : members_) {
+      if (m.gone || !m.p->config().delete_stale_keys) continue;
+      // Before the stream resumes, so nothing written after the snapshot can look stale.
+      auto deleted = co_await m.sink->deleteStaleKeys(at);
+      if (!deleted) co_return fail(deleted.error());
+      m.p->mutableStats().stale_keys_deleted += *deleted;
+    }
+    // The snapshot is acknowledged (endSnapshot drained the targets): persist the new history
+    // at once, so that a restart resumes it instead of syncing again.
+    std::vector<Member*> all;
+    for (auto& m : members_) {
+      if (!m.gone) all.push_back(&m);
+    }
+    if (auto c = co_await checkpointAfterMarker(source, all); !c) co_return c;
+  }
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    m.p->setState(PipelineState::Streaming);
+    spdlog::info("pipeline {}: streaming from {}:{}", m.p->name(), source.position().replid,
+                 source.position().offset);
+  }
+  auto result = co_await (readLoop(source) || ackLoop(source));
+  source.close();
+  co_return std::visit([](auto& s) { return s; }, result);
+}
+
+Status SourceLink::superviseMembers(bool snapshot) {
+  const auto now = clock_.monotonicNow();
+  if (live() == 1) {
+    for (auto& m : members_) {
+      if (!m.gone && m.failed) return fail(*m.failed);
+    }
+    return Status{};
+  }
+  bool any_free = false;  // a member that is not holding the link back
+  for (const auto& m : members_) {
+    if (m.gone) continue;
+    if (!m.failed && !m.p->paused() && !m.sink->overLimits(snapshot)) any_free = true;
+  }
+  for (auto& m : members_) {
+    if (m.gone || live() <= 1) continue;
+    if (m.failed) {
+      detach(m, m.failed->message);
+      continue;
+    }
+    if (!m.detach_reason.empty()) {
+      detach(m, m.detach_reason);
+      continue;
+    }
+    if (!any_free) {
+      m.held_since.reset();  // everyone waits: the source is faster than all targets
+      continue;
+    }
+    if (m.p->paused()) {
+      detach(m, std::string("it is paused: ") + m.p->pausedDetail());
+      continue;
+    }
+    if (m.sink->overLimits(snapshot)) {
+      if (!m.held_since) m.held_since = now;
+      if (now - *m.held_since >= limits_.detach_after) {
+        detach(m, fmt::format("its target held the others back for {:.1f} s (over its "
+                              "unanswered limits)",
+                              seconds(now - *m.held_since)));
+      }
+    } else {
+      m.held_since.reset();
+    }
+  }
+  return Status{};
+}
+
+bool SourceLink::mustWait(bool snapshot) const {
+  for (const auto& m : members_) {
+    if (m.gone) continue;
+    if (m.sink->overLimits(snapshot) || (m.p->paused() && !m.p->stopping())) return true;
+  }
+  return false;
+}
+
+net::awaitable<Status> SourceLink::waitForMembers(bool snapshot) {
+  while (!stopping_ && !member_leaving_) {
+    if (auto s = superviseMembers(snapshot); !s) co_return s;
+    if (!mustWait(snapshot)) break;
+    Member* over = nullptr;
+    bool paused = false;
+    for (auto& m : members_) {
+      if (m.gone) continue;
+      if (m.sink->overLimits(snapshot)) over = over ? over : &m;
+      if (m.p->paused()) {
+        paused = true;
+        // Nothing is taken from the source while paused; ACKs go on, so the link stays up, and
+        // the source's backlog (and output buffer) holds the stream.
+        if (m.p->state() == PipelineState::Streaming) m.p->setState(PipelineState::Paused);
+      }
+    }
+    if (over != nullptr) {
+      co_await over->sink->waitProgress(std::chrono::milliseconds(100));
+    } else if (paused) {
+      co_await members_.front().p->waitPauseChange(std::chrono::milliseconds(200));
+    }
+  }
+  for (auto& m : members_) {
+    if (!m.gone && !m.p->paused() && m.p->state() == PipelineState::Paused) {
+      m.p->setState(PipelineState::Streaming);
+    }
+  }
+  co_return Status{};
+}
+
+void SourceLink::closeGroups(const source::Source& source) {
+  for (auto& m : members_) {
+    if (!m.gone) m.sink->closeGroup(source.position().replid);
+  }
+}
+
+net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
+  source::ResolvedUnit unit;
+  auto anyPaused = [&] {
+    for (const auto& m : members_) {
+      if (!m.gone && m.p->paused()) return true;
+    }
+    return false;
+  };
+  for (;;) {
+    // An open replay-stamp group is closed before every suspension point (the writer never
+    // sends half a group) and at these limits.
+    bool close = stopping_ || member_leaving_ || checkpoint_due_ || anyPaused() ||
+                 index_.journalSize() >= limits_.checkpoint_every_changes;
+    for (const auto& m : members_) {
+      if (!m.gone && (m.sink->groupUnits() >= limits_.max_group_units || m.sink->overLimits(false))) {
+        close = true;
+      }
+    }
+    if (close) closeGroups(source);
+
+    if (stopping_) {
+      // Graceful drain: everything read is already translated; wait for the targets' answers,
+      // then checkpoint every member.
+      std::vector<Member*> all;
+      for (auto& m : members_) {
+        if (!m.gone) all.push_back(&m);
+      }
+      co_return co_await checkpointAfterMarker(source, all);
+    }
+    if (member_leaving_) {
+      member_leaving_ = false;
+      for (auto& m : members_) {
+        if (!m.gone && m.p->stopping()) {
+          if (auto s = co_await leave(m, source); !s) co_return s;
+        }
+      }
+      if (live() == 0) co_return Status{};
+    }
+    if (auto s = superviseMembers(false); !s) co_return s;
+    if (live() == 0) co_return Status{};
+
+    finishDeltaCheckpointsIfAnswered();
+    if (index_.journalSize() >= limits_.checkpoint_every_changes && !anyNeedsWholeImage()) {
+      checkpoint_due_ = true;
+    }
+    // Not while paused: the marker is a write too, and a skew pause lets none through (the
+    // checkpoint follows the resume; nothing is applied meanwhile).
+    if (checkpoint_due_ && !anyPaused()) {
+      if (anyNeedsWholeImage()) {
+        std::vector<Member*> all;
+        for (auto& m : members_) {
+          if (!m.gone) all.push_back(&m);
+        }
+        if (auto c = co_await checkpointAfterMarker(source, all); !c) co_return c;
+      } else {
+        beginDeltaCheckpoint(source);
+      }
+    }
+    if (auto s = co_await waitForMembers(false); !s) co_return s;
+    if (stopping_ || member_leaving_ || live() == 0) continue;
+
+    auto got = source.nextUnit(unit);
+    if (!got) co_return fail(got.error());
+    if (!*got) {
+      closeGroups(source);
+      reading_source_ = true;
+      auto r = co_await source.readMore();
+      reading_source_ = false;
+      if (!r) {
+        if (stopping_ || member_leaving_) continue;  // cancelled by a stop: drain
+        if (r.error().kind == Error::Kind::Cancelled) continue;  // a checkpoint or a member
+        co_return r;
+      }
+      received_offset_ = source.receivedOffset();
+      for (auto& m : members_) {
+        if (!m.gone) m.p->setSourceOffset(received_offset_);
+      }
+      arrivals_.push_back({received_offset_, clock_.monotonicNow()});
+      if (arrivals_.size() > 4096) arrivals_.pop_front();  // bounded: lag is then a lower bound
+      continue;
+    }
+    for (const auto& c : unit.view()) {
+      if (isGetAck(c)) {
+        ack_requested_ = true;
+        ack_wake_.notify();
+      }
+    }
+    // A unit the replay stamp (or a checkpoint ahead of the link's) shows applied: the sink
+    // still judges it (counters), but nothing is written again.
+    for (auto& m : members_) {
+      if (!m.gone) m.sink->apply(unit, unit.offset_end > m.skip_until);
+    }
+    source.consume(unit);
+  }
+}
+
+net::awaitable<Status> SourceLink::leave(Member& m, const source::Source& source) {
+  // The stopped pipeline's last checkpoint, at this unit boundary; the others wait meanwhile.
+  m.sink->closeGroup(source.position().replid);
+  std::vector<Member*> just{&m};  // (a braced list as a coroutine argument trips GCC 12)
+  Status s = co_await checkpointAfterMarker(source, just);
+  if (!s) {
+    spdlog::error("pipeline {}: {}", m.p->name(), s.error().message);
+    if (live() == 1) co_return s;  // the session ends with it
+  }
+  Pipeline* p = m.p;
+  m.gone = true;
+  m.pending.reset();
+  m.sink->close();
+  p->setLiveSink(nullptr);
+  p->setLink(nullptr);
+  p->setState(PipelineState::Stopped);
+  std::erase(pipelines_, p);
+  spdlog::info("pipeline {}: stopped at offset {}", p->name(), p->appliedOffset());
+  net::post(ex_, [fn = on_stopped_, p] { fn(p); });
+  co_return Status{};
+}
+
+void SourceLink::updateLag(const source::Source& source) {
+  uint64_t min_applied = UINT64_MAX;
+  const auto now = clock_.monotonicNow();
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    const uint64_t applied = m.sink->ackedOffset();
+    m.p->setAppliedOffset(applied);
+    min_applied = std::min(min_applied, applied);
+    double lag = 0;
+    for (const auto& a : arrivals_) {
+      if (a.end_offset > applied) {
+        lag = seconds(now - a.at);
+        break;
+      }
+    }
+    m.p->setLag(lag);
+  }
+  while (!arrivals_.empty() && arrivals_.front().end_offset <= min_applied) arrivals_.pop_front();
+}
+
+net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
+  Watchdog source_silence(limits_.source_silence, clock_.monotonicNow());
+  uint64_t last_bytes = source.bytesRead();
+  last_checkpoint_ = clock_.monotonicNow();
+  const auto session_start = clock_.monotonicNow();
+  for (;;) {
+    co_await ack_wake_.waitFor(ackPeriod(limits_, clock_.monotonicNow() - session_start));
+    if (stopping_) {
+      // Keep the loop alive (not finishing the session) while readLoop drains.
+      co_await stop_wake_.waitFor(std::chrono::seconds(3600));
+      continue;
+    }
+    const auto now = clock_.monotonicNow();
+    updateLag(source);
+    // ACK what every target has applied (not what was received), so that WAIT on the source
+    // means "on every target". A diskless source also needs these ACKs to start streaming.
+    uint64_t applied = UINT64_MAX;
+    for (const auto& m : members_) {
+      if (!m.gone) applied = std::min(applied, m.sink->ackedOffset());
+    }
+    if (applied == UINT64_MAX) applied = source.position().offset;
+    ack_requested_ = false;
+    if (auto r = co_await source.sendAck(applied); !r) co_return r;
+
+    if (source.bytesRead() != last_bytes) {
+      last_bytes = source.bytesRead();
+      source_silence.feed(now);
+    } else if (source_silence.expired(now)) {
+      co_return fail(Error::io(fmt::format("{}: source silent for {} s (it pings every 10 s); "
+                                           "reconnecting",
+                                           label(), seconds(limits_.source_silence))));
+    }
+    for (auto& m : members_) {
+      if (m.gone) continue;
+      const double stalled = m.sink->stalledSeconds();
+      if (live() == 1 && stalled > seconds(limits_.target_stall)) {
+        co_return fail(Error::io(fmt::format("pipeline {}: target has not answered for {} s; "
+                                             "reconnecting",
+                                             m.p->name(), seconds(limits_.target_stall))));
+      }
+      if (live() > 1 && stalled > seconds(limits_.detach_after) && m.detach_reason.empty()) {
+        // Silent with commands in flight: it would hold the others back at its limits.
+        m.detach_reason = fmt::format("its target has not answered for {:.1f} s", stalled);
+        if (reading_source_) live_source_->cancel();
+      }
+    }
+    // A quiet source: the marker of a pending checkpoint may be answered while readLoop waits.
+    finishDeltaCheckpointsIfAnswered();
+    bool changed = index_.dirty() > 0;
+    bool pending = false;
+    for (const auto& m : members_) {
+      if (m.gone) continue;
+      changed = changed || m.sink->ackedOffset() != m.p->checkpointedOffset();
+      pending = pending || m.pending.has_value();
+    }
+    if (now - last_checkpoint_ >= members_.front().p->config().checkpoint_interval && !pending &&
+        changed && !checkpoint_due_) {
+      // readLoop checkpoints at the next unit boundary; if it is waiting for the source, wake
+      // it (cancelling a read loses no bytes).
+      checkpoint_due_ = true;
+      if (reading_source_) live_source_->cancel();
+    }
+  }
+}
+
+// ---- checkpoints ------------------------------------------------------------------------------
+
+bool SourceLink::needWholeImage(const Member& m) const {
+  const CheckpointStore& store = m.p->store();
+  return m.p->imageNeeded() || !store.hasBase() || !index_.journaling() || index_.journalLost() ||
+         store.journalBytes() > std::max(limits_.compact_journal_bytes, store.baseBytes());
+}
+
+bool SourceLink::anyNeedsWholeImage() const {
+  for (const auto& m : members_) {
+    if (!m.gone && needWholeImage(m)) return true;
+  }
+  return false;
+}
+
+Checkpoint SourceLink::makeCheckpoint(const source::Source& source, Pipeline& p) {
+  Checkpoint cp;
+  cp.position = source.position();
+  cp.db = source.currentDb();
+  cp.written_at_ms = clock_.nowMs();
+  cp.source_address = source_cluster_.address();
+  cp.marker = p.nextMarker();
+  cp.next_marker = target::newMarkerToken();
+  return cp;
+}
+
+void SourceLink::beginDeltaCheckpoint(const source::Source& source) {
+  checkpoint_due_ = false;
+  last_checkpoint_ = clock_.monotonicNow();
+  for (const auto& m : members_) {
+    if (!m.gone && m.pending) return;  // a previous one still waits for its target
+  }
+  index_.purgeTombstonesStep(source_clock_.nowMs() - limits_.tombstone_purge_ms,
+                             limits_.purge_slots_per_checkpoint);
+  auto ops = std::make_shared<std::vector<source::ExpiryIndex::Op>>();
+  index_.takeJournal(*ops);
+  index_.clearDirty();
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    PendingCheckpoint p;
+    p.cp = makeCheckpoint(source, *m.p);
+    m.sink->appendMarker(p.cp.marker, source.position().offset);
+    p.marker_seq = m.sink->committedCommands();
+    p.ops = ops;
+    m.pending = std::move(p);
+  }
+}
+
+void SourceLink::finishDeltaCheckpointsIfAnswered() {
+  for (auto& m : members_) {
+    if (m.gone || !m.pending || m.sink->answeredCommands() < m.pending->marker_seq) continue;
+    PendingCheckpoint p = std::move(*m.pending);
+    m.pending.reset();
+    p.cp.written_at_ms = clock_.nowMs();
+    if (auto s = m.p->store().appendDelta(p.cp, *p.ops); !s) {
+      ++m.p->mutableStats().checkpoint_failures;
+      m.p->setImageNeeded(true);  // these changes are in no file now
+      spdlog::error("pipeline {}: {}", m.p->name(), s.error().message);
+    } else {
+      m.p->checkpointWritten(p.cp);
+    }
+  }
+}
+
+net::awaitable<Status> SourceLink::drain(Member& m,
+                                         std::chrono::steady_clock::time_point deadline) {
+  while (!m.sink->drained() && clock_.monotonicNow() < deadline && !m.failed) {
+    co_await m.sink->waitProgress(std::chrono::milliseconds(50));
+  }
+  if (!m.sink->drained()) {
+    co_return fail(Error::io(fmt::format(
+        "pipeline {}: target did not acknowledge everything within {:.0f} s; not checkpointing "
+        "the unacknowledged part (it will be sent again)",
+        m.p->name(), seconds(limits_.drain_timeout))));
+  }
+  co_return Status{};
+}
+
+net::awaitable<Status> SourceLink::checkpointAfterMarker(const source::Source& source,
+                                                         std::vector<Member*> which) {
+  const auto deadline = clock_.monotonicNow() + limits_.drain_timeout;
+  Status first_error;
+  std::vector<Member*> ok;
+  for (Member* m : which) {
+    if (m->pending) {
+      // The periodic checkpoint still waiting for its marker's answer goes first: each
+      // checkpoint's marker is its predecessor's next_marker.
+      if (auto d = co_await drain(*m, deadline); !d) {
+        if (first_error) first_error = d;
+        continue;
+      }
+    }
+    ok.push_back(m);
+  }
+  finishDeltaCheckpointsIfAnswered();
+  std::vector<std::string> tokens;
+  for (Member* m : ok) {
+    tokens.push_back(m->p->nextMarker());
+    m->sink->appendMarker(tokens.back(), source.position().offset);
+  }
+  std::vector<char> whole;
+  for (Member* m : ok) whole.push_back(needWholeImage(*m));
+  for (size_t i = 0; i < ok.size(); ++i) {
+    if (auto d = co_await drain(*ok[i], deadline); !d) {
+      if (first_error) first_error = d;
+      whole[i] = -1;  // not checkpointed
+    }
+  }
+  // One set of index changes for every member that appends to its journal; members that write
+  // a whole image (after a full sync, compaction, a failed append) hold them anyway.
+  const bool journaling = index_.journaling() && !index_.journalLost();
+  auto ops = std::make_shared<std::vector<source::ExpiryIndex::Op>>();
+  if (std::find(whole.begin(), whole.end(), 1) != whole.end()) {
+    index_.purgeTombstones(source_clock_.nowMs() - limits_.tombstone_purge_ms);
+  }
+  index_.takeJournal(*ops);
+  index_.clearDirty();
+  for (size_t i = 0; i < ok.size(); ++i) {
+    if (whole[i] >= 0) {
+      checkpointNow(source, *ok[i], tokens[i], whole[i] == 1, ops);
+    } else {
+      ok[i]->p->setImageNeeded(true);  // its share of `ops` is in no file
+    }
+  }
+  // From a whole image on, the index's changes are journaled.
+  if (!journaling) index_.setJournaling(true);
+  checkpoint_due_ = false;
+  last_checkpoint_ = clock_.monotonicNow();
+  co_return first_error;
+}
+
+void SourceLink::checkpointNow(const source::Source& source, Member& m, const std::string& marker,
+                               bool whole,
+                               const std::shared_ptr<const std::vector<source::ExpiryIndex::Op>>& ops) {
+  Pipeline& p = *m.p;
+  Checkpoint cp = makeCheckpoint(source, p);
+  cp.marker = marker;
+  if (m.sink->ackedOffset() != cp.position.offset) {
+    // Cannot happen when drained; refuse rather than cover unacknowledged data.
+    ++p.mutableStats().checkpoint_failures;
+    spdlog::error("pipeline {}: internal: checkpoint at {} but target acknowledged {}", p.name(),
+                  cp.position.offset, m.sink->ackedOffset());
+    return;
+  }
+  Status s;
+  if (whole) {
+    s = p.store().commit(cp, index_);
+    if (s) p.setImageNeeded(false);
+  } else {
+    s = p.store().appendDelta(cp, *ops);
+    if (!s) p.setImageNeeded(true);  // these changes are in no file now
+  }
+  if (!s) {
+    ++p.mutableStats().checkpoint_failures;
+    spdlog::error("pipeline {}: {}", p.name(), s.error().message);
+    return;  // keep replicating; the previous checkpoint stays valid
+  }
+  // (after a failed commit the same marker token is written again)
+  p.checkpointWritten(cp);
+}
+
+// ---- the snapshot (SnapshotConsumer) ----------------------------------------------------------
+
+net::awaitable<Status> SourceLink::beginSnapshot(const source::Position& at,
+                                                 uint64_t total_bytes) {
+  // The end writes a whole image for every member.
+  index_.setJournaling(false);
+  index_.clearAll();
+  snapshot_started_ = last_report_ = clock_.monotonicNow();
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    m.pending.reset();
+    if (auto s = m.p->beginFullSync(); !s) co_return s;
+    m.sink->beginSnapshot(m.p->config().delete_stale_keys);
+    SnapshotProgress& pr = m.p->mutableProgress();
+    pr = SnapshotProgress{};
+    pr.active = true;
+    pr.bytes_total = total_bytes;
+    pr.started = std::chrono::steady_clock::now();
+    spdlog::info("pipeline {}: full sync from {}:{} ({} snapshot)", m.p->name(), at.replid,
+                 at.offset,
+                 total_bytes ? fmt::format("{} byte", total_bytes) : std::string("diskless"));
+  }
+  co_return Status{};
+}
+
+net::awaitable<Status> SourceLink::snapshotUnit(const source::ResolvedUnit& unit) {
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    m.sink->apply(unit, true);
+    ++m.p->mutableProgress().keys_done;
+  }
+  // Backpressure and pauses, between keys (the source reads no further meanwhile).
+  if (mustWait(true) || live() > 1) {
+    if (auto s = co_await waitForMembers(true); !s) co_return s;
+  }
+  if (clock_.monotonicNow() - last_report_ >= limits_.progress_report) reportProgress(false);
+  co_return Status{};
+}
+
+void SourceLink::snapshotProgress(uint64_t keys_announced, uint64_t bytes) {
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    SnapshotProgress& pr = m.p->mutableProgress();
+    pr.keys_total += keys_announced;
+    pr.bytes_done += bytes;
+  }
+}
+
+void SourceLink::reportProgress(bool final) {
+  last_report_ = clock_.monotonicNow();
+  const double secs = seconds(last_report_ - snapshot_started_);
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    const SnapshotProgress& pr = m.p->mutableProgress();
+    std::string keys = pr.keys_total ? fmt::format("{}/{} keys ({:.0f}%)", pr.keys_done,
+                                                   pr.keys_total,
+                                                   100.0 * pr.keys_done / pr.keys_total)
+                                     : fmt::format("{} keys", pr.keys_done);
+    std::string bytes = pr.bytes_total ? fmt::format("{:.1f}/{:.1f} MB", pr.bytes_done / 1e6,
+                                                     pr.bytes_total / 1e6)
+                                       : fmt::format("{:.1f} MB", pr.bytes_done / 1e6);
+    if (::isatty(STDERR_FILENO) == 1 && &m == &members_.front()) {
+      // A progress bar for a person watching; logs get the same line every few seconds.
+      const int width = 30;
+      const int filled =
+          pr.keys_total ? static_cast<int>(width * pr.keys_done / pr.keys_total) : 0;
+      std::fprintf(stderr, "\r[%s%s] %s, %s, %.0f s%s", std::string(filled, '=').c_str(),
+                   std::string(width - filled, ' ').c_str(), keys.c_str(), bytes.c_str(), secs,
+                   final ? "\n" : "");
+      std::fflush(stderr);
+    }
+    if (!final) spdlog::info("pipeline {}: full sync: {}, {}, {:.0f} s", m.p->name(), keys, bytes, secs);
+  }
+}
+
+net::awaitable<Status> SourceLink::endSnapshot() {
+  // "Applied" means acknowledged by the target.
+  for (auto& m : members_) {
+    while (!m.gone && !m.sink->drained()) {
+      if (auto s = superviseMembers(true); !s) co_return s;
+      co_await m.sink->waitProgress(std::chrono::milliseconds(50));
+    }
+  }
+  const double secs = seconds(clock_.monotonicNow() - snapshot_started_);
+  reportProgress(true);
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    SnapshotProgress& pr = m.p->mutableProgress();
+    const target::SnapshotCounts& c = m.sink->snapshotCounts();
+    pr.active = false;
+    pr.seconds = secs;
+    pr.restored = c.restored;
+    pr.expired = c.expired;
+    pr.filtered = c.filtered;
+    pr.failed = c.failed;
+    PipelineStats& st = m.p->mutableStats();
+    st.snapshot_keys_restored += c.restored;
+    st.snapshot_keys_expired += c.expired;
+    spdlog::info("pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} "
+                 "bytes in {:.1f} s",
+                 m.p->name(), c.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs);
+  }
+  co_return Status{};
+}
+
+}  // namespace xdcr::replicator

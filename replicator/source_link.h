@@ -1,0 +1,170 @@
+#pragma once
+// One replication link: a Source (one source shard) composed with the Sinks of every pipeline
+// that reads it. Pipelines naming the same `source` share one link — one PSYNC, one full sync,
+// one expiry index — and each keeps its own target, filters, clamp, marker and checkpoint.
+//
+// The link only composes: supervision (sessions, reconnect with backoff), backpressure, the ACK
+// to the source (the minimum of what every sink has answered), checkpoints. A session is:
+//
+//   Source::start        PSYNC; on a full sync the snapshot's keys, as resolved units, go to
+//                        every sink (snapshotUnit), the link waiting while one is over its limits
+//   readLoop             Source::nextUnit -> every Sink::apply (judge, clamp, encode, append)
+//   ackLoop              every second: ACK min(acked), lag, watchdogs, checkpoint cadence
+//   Sink::run            (one per pipeline) the target's pipelined writer and reply reader
+//
+// Every suspension point of readLoop lies between two units, so at a unit boundary the expiry
+// index is exactly the index at the link's position: checkpoints are captured there, for every
+// pipeline at once, and each becomes durable when its own target has answered its marker.
+//
+// A target that holds the others back — over its unanswered limits, silent with commands in
+// flight, paused, or failed — for longer than Limits::detach_after is detached: the pipeline
+// leaves this link and runs on a link of its own (DetachFn), resuming by partial resync from
+// its own checkpoint. A link with one pipeline never detaches; it reconnects, as before.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "clock/clock.h"
+#include "common/limits.h"
+#include "common/notify.h"
+#include "config/config.h"
+#include "replicator/pipeline.h"
+#include "source/expiry_index.h"
+#include "source/source.h"
+#include "target/sink.h"
+
+namespace xdcr::replicator {
+
+class SourceLink final : private source::SnapshotConsumer {
+ public:
+  /** `p` left this link: detached (run it on a link of its own) or stopped. */
+  using MemberFn = std::function<void(Pipeline* p)>;
+
+  SourceLink(net::any_io_executor ex, config::ConfigConstSharedPtr config,
+             std::vector<Pipeline*> members, const clock::Clock& clock, MemberFn on_detach,
+             MemberFn on_stopped);
+  ~SourceLink();
+
+  /** Runs sessions until every member has left; never throws. */
+  net::awaitable<void> run();
+  /** Graceful stop of every member: drain, checkpoint, leave. */
+  void stopAll();
+  /** A member's stop() was called: the read loop lets it leave at the next unit boundary. */
+  void memberStopping();
+  /** The source cluster's measured clock offset (rule 5 reads the source's now). */
+  void setSourceClockOffsetMs(int64_t ms) { source_clock_.setOffsetMs(ms); }
+  const source::ExpiryIndex& expiryIndex() const { return index_; }
+  const std::string& sourceName() const { return source_cluster_.name; }
+  size_t memberCount() const { return pipelines_.size(); }
+
+ private:
+  struct PendingCheckpoint {
+    Checkpoint cp;
+    uint64_t marker_seq = 0;  // durable once the target has answered this many commands
+    std::shared_ptr<const std::vector<source::ExpiryIndex::Op>> ops;
+  };
+  /** One pipeline in the current session. */
+  struct Member {
+    Pipeline* p = nullptr;
+    std::unique_ptr<target::Sink> sink;
+    bool running = false;  // sink->run() has not returned yet
+    bool gone = false;     // detached or left during this session
+    std::optional<Error> failed;  // sink->run() returned this
+    std::string detach_reason;    // set by ackLoop: detach at the next boundary
+    uint64_t skip_until = 0;      // units ending at or before this are not written again
+    std::optional<std::chrono::steady_clock::time_point> held_since;
+    std::optional<PendingCheckpoint> pending;
+  };
+  using Members = std::list<Member>;
+
+  net::awaitable<Status> session();
+  net::awaitable<Status> streamSide(source::Source& source);
+  net::awaitable<Status> readLoop(source::Source& source);
+  net::awaitable<Status> ackLoop(source::Source& source);
+  /** Returns when a single member's sink failed (that ends the session). */
+  net::awaitable<Status> watchSinks();
+  /** Loads every member's checkpoint and picks where the link resumes (members that cannot
+   *  join it are detached). */
+  Status loadCheckpoints();
+  std::string label() const;
+  size_t live() const;
+  /** Detaches `m` from this link (it runs on a link of its own). */
+  void detach(Member& m, const std::string& why);
+  /** A member whose pipeline was stopped: drain, checkpoint, leave. */
+  net::awaitable<Status> leave(Member& m, const source::Source& source);
+  /**
+   * Multi-member links: detaches members that hold the others back (failed, paused while others
+   * are not, over their limits or silent for longer than detach_after). Returns a fatal error
+   * for a single member whose sink failed.
+   */
+  Status superviseMembers(bool snapshot);
+  /** True while some live member is over its limits or paused (the link must wait). */
+  bool mustWait(bool snapshot) const;
+  net::awaitable<Status> waitForMembers(bool snapshot);
+
+  // checkpoints
+  bool needWholeImage(const Member& m) const;
+  bool anyNeedsWholeImage() const;
+  Checkpoint makeCheckpoint(const source::Source& source, Pipeline& p);
+  void beginDeltaCheckpoint(const source::Source& source);
+  void finishDeltaCheckpointsIfAnswered();
+  net::awaitable<Status> drain(Member& m, std::chrono::steady_clock::time_point deadline);
+  net::awaitable<Status> checkpointAfterMarker(const source::Source& source,
+                                               std::vector<Member*> which);
+  void checkpointNow(const source::Source& source, Member& m, const std::string& marker,
+                     bool whole,
+                     const std::shared_ptr<const std::vector<source::ExpiryIndex::Op>>& ops);
+  void closeGroups(const source::Source& source);
+  void updateLag(const source::Source& source);
+
+  // SnapshotConsumer
+  net::awaitable<Status> beginSnapshot(const source::Position& at, uint64_t total_bytes) override;
+  net::awaitable<Status> snapshotUnit(const source::ResolvedUnit& unit) override;
+  void snapshotProgress(uint64_t keys_announced, uint64_t bytes) override;
+  net::awaitable<Status> endSnapshot() override;
+  void reportProgress(bool final);
+
+  net::any_io_executor ex_;
+  config::ConfigConstSharedPtr config_;
+  const config::ClusterConfig& source_cluster_;
+  const clock::Clock& clock_;
+  Limits limits_;
+  std::vector<Pipeline*> pipelines_;  // the members (across sessions)
+  MemberFn on_detach_;
+  MemberFn on_stopped_;
+  clock::ClusterClock source_clock_;
+  source::ExpiryIndex index_;
+  std::optional<source::Position> resume_at_;
+  int resume_db_ = 0;
+
+  Members members_;  // this session's
+  source::Source* live_source_ = nullptr;
+  bool stopping_ = false;
+  bool checkpoint_due_ = false;
+  bool reading_source_ = false;
+  bool ack_requested_ = false;
+  bool member_leaving_ = false;
+  Notify stop_wake_;
+  Notify ack_wake_;
+  Notify sink_wake_;  // a member's sink ended
+  std::chrono::steady_clock::time_point last_checkpoint_{};
+  std::chrono::steady_clock::time_point last_report_{};
+  std::chrono::steady_clock::time_point snapshot_started_{};
+  uint64_t received_offset_ = 0;
+  struct Arrival {
+    uint64_t end_offset;  // stream offset just past the bytes of one read
+    std::chrono::steady_clock::time_point at;
+  };
+  std::deque<Arrival> arrivals_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace xdcr::replicator

@@ -1,0 +1,52 @@
+#pragma once
+// The source side of every event's meaning (expiry-semantics.md §2, §5): one stream entry in,
+// its events out, resolved against the source's own state and judged for no target.
+//
+//  - tracks the source db (SELECT);
+//  - resolves the deadlines that depend on source state (in-place writes: the key's current
+//    deadline; RENAME/COPY/MOVE: the other key's) from the expiry index, and keeps the index
+//    equal to the source's deadlines;
+//  - classifies each key of a DEL/UNLINK as an expiration (its deadline had passed on the
+//    source's clock) or a deletion, with tombstones so that a second DEL of an expired key is a
+//    no-op (Event::pass = false);
+//  - records the deadlines of a snapshot's keys.
+//
+// One per source shard, shared by every pipeline reading that shard (fan-out): what it decides
+// is the same for every target. What a pipeline makes of it (key space, drop_*, strip_ttl, the
+// clamp) is filters::EventFilter's and the sink's. Not thread-safe; one strand.
+
+#include <string>
+
+#include "clock/clock.h"
+#include "common/logging.h"
+#include "source/event.h"
+#include "source/expiry_index.h"
+
+namespace xdcr::source {
+
+class Resolver {
+ public:
+  Resolver(ExpiryIndex& index, const clock::ClusterClock& source_clock)
+      : index_(index), source_clock_(source_clock) {}
+
+  /** Decodes and resolves one entry into `out` (its events reuse out's vectors). */
+  void resolve(const Entry& entry, Change& out);
+  /** One key of a snapshot: a create with the deadline the RDB holds (0 = none). */
+  void resolveSnapshotKey(int db, std::string_view key, int64_t expire_ms,
+                          const RdbPayload& payload, Change& out);
+
+  /** The source db in effect at the current stream position (persisted with checkpoints). */
+  int currentDb() const { return db_; }
+  void setCurrentDb(int db) { db_ = db; }
+  ExpiryIndex& index() { return index_; }
+
+ private:
+  void resolveKeyEvent(Change& c, Event& ev, int64_t source_now);
+
+  ExpiryIndex& index_;
+  const clock::ClusterClock& source_clock_;
+  int db_ = 0;
+  LogRateLimiter problem_log_;
+};
+
+}  // namespace xdcr::source

@@ -1,0 +1,160 @@
+#include "target/redis_sink.h"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/redis_conn.h"
+#include "target/marker.h"
+
+namespace xdcr::target {
+
+using namespace net::experimental::awaitable_operators;
+
+RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
+                     const config::ClusterConfig& target_cluster,
+                     filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
+                     const clock::ClusterClock& target_clock, const clock::Clock& clock,
+                     const Limits& limits, PipelineStats& stats)
+    : label_(fmt::format("pipeline {}: target {} ({})", pipeline.name, target_cluster.name,
+                         target_cluster.address())),
+      pipeline_(pipeline),
+      target_cluster_(target_cluster),
+      limits_(limits),
+      stats_(stats),
+      filter_(pipeline, keys, stats),
+      applier_(policy, filter_.keySpace(), target_clock, stats),
+      target_(ex, target_cluster, label_, stats, clock),
+      marker_key_(markerKey(pipeline.name)),
+      stamp_key_(appliedStampKey(pipeline.name)) {}
+
+net::awaitable<Status> RedisSink::run() {
+  auto r = co_await (target_.runWriter() || target_.runReader());
+  co_return std::visit([](auto& s) { return s; }, r);
+}
+
+net::awaitable<Result<MarkerState>> RedisSink::readMarkers() {
+  RedisConnection conn(co_await net::this_coro::executor, label_ + " marker check");
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  if (Status s = co_await conn.connect(target_cluster_.endpoint(), kTimeout); !s) {
+    co_return fail(s.error());  // TCP, TLS, AUTH
+  }
+  const std::vector<std::vector<std::string>> get = {{"GET", marker_key_}, {"GET", stamp_key_}};
+  auto r = co_await conn.callMany(get, kTimeout);
+  conn.close();
+  if (!r) co_return fail(r.error());
+  const resp::Value& v = (*r)[0];
+  if (v.isError()) {
+    co_return fail(Error::refused(fmt::format(
+        "pipeline {}: cannot read the marker key {} on target {}: {}; the agent's user needs read "
+        "and write access to it",
+        pipeline_.name, marker_key_, target_cluster_.name, v.str)));
+  }
+  MarkerState m;
+  m.present = !v.isNull();
+  if (m.present) m.marker = v.str;
+  if (const resp::Value& st = (*r)[1]; st.type == resp::ReplyType::Bulk) m.stamp = st.str;
+  co_return m;
+}
+
+bool RedisSink::overLimits(bool snapshot) const {
+  const uint64_t max_cmds =
+      snapshot ? limits_.snapshot_max_unanswered_commands : limits_.max_unanswered_commands;
+  return target_.inflightCommands() > max_cmds ||
+         target_.pendingBytes() > limits_.max_unanswered_bytes;
+}
+
+void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
+  if (unit.snapshot) {
+    for (const auto& c : unit.view()) applySnapshotKey(c);
+    return;
+  }
+  applier_.beginUnit(unit.transaction);
+  for (const auto& c : unit.view()) {
+    judged_ = c;  // reuses judged_'s vectors
+    filter_.judge(judged_);
+    if (write) applier_.apply(judged_);
+  }
+  // The replay stamp's group (Applier::appendUnitToGroup): from a replay-unsafe unit on, the
+  // units taken without suspending share one MULTI/EXEC and one stamp; the group is committed
+  // to the target (its replies counted, its end offset marked) only when closed.
+  if (applier_.groupOpen() || applier_.unitReplayUnsafe()) {
+    group_cmds_ += applier_.appendUnitToGroup(target_.pending());
+    group_end_ = unit.offset_end;
+    ++group_units_;
+  } else {
+    target_.commit(applier_.finishUnit(target_.pending()), unit.offset_end);
+  }
+}
+
+void RedisSink::closeGroup(std::string_view replid) {
+  if (!applier_.groupOpen()) return;
+  group_cmds_ += applier_.closeGroup(target_.pending(), stamp_key_,
+                                     fmt::format("{}:{}", replid, group_end_));
+  target_.commit(group_cmds_, group_end_);
+  group_cmds_ = 0;
+  group_units_ = 0;
+}
+
+void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
+  applier_.beginUnit(false);
+  applier_.appendMarker(marker_key_, token);
+  target_.commit(applier_.finishUnit(target_.pending()), offset);
+}
+
+void RedisSink::beginSnapshot(bool record_keys) {
+  counts_ = SnapshotCounts{};
+  record_keys_ = record_keys;
+  snapshot_keys_.clear();
+}
+
+void RedisSink::applySnapshotKey(const source::Change& c) {
+  judged_ = c;
+  filter_.judge(judged_);
+  const source::Event& ev = judged_.events.front();
+  if (!ev.pass) {
+    ++counts_.filtered;
+    return;
+  }
+  if (record_keys_) snapshot_keys_.add(ev.db, ev.key);
+  const size_t payload = Applier::restorePayloadSize(c.rdb->value.size());
+  if (payload > target_.maxBulkLength()) {
+    ++counts_.failed;
+    ++stats_.snapshot_keys_failed;
+    uint64_t suppressed = 0;
+    if (fail_log_.allow(suppressed)) {
+      spdlog::error("{}: key \"{}\" (db {}) is {} bytes, over the target's proto-max-bulk-len of "
+                    "{}: NOT copied; raise proto-max-bulk-len on the target and restart the agent "
+                    "to retry{}",
+                    label_, ev.key, ev.db, payload, target_.maxBulkLength(),
+                    suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+    }
+    return;
+  }
+  applier_.beginUnit(false);
+  applier_.apply(judged_);
+  // The whole snapshot stands at the FULLRESYNC offset: acknowledging it moves nothing.
+  target_.commit(applier_.finishUnit(target_.pending()), target_.ackedOffset());
+  if (applier_.lastSnapshotWrite() == Applier::SnapshotWrite::Expired) {
+    ++counts_.expired;
+  } else {
+    ++counts_.restored;
+  }
+}
+
+net::awaitable<Result<uint64_t>> RedisSink::deleteStaleKeys(uint64_t offset) {
+  snapshot_keys_.seal();
+  auto deleted = co_await target::deleteStaleKeys(label_, target_cluster_, filter_.keySpace(),
+                                                  snapshot_keys_, applier_, target_, offset);
+  if (deleted) {
+    spdlog::info("pipeline {}: full_sync.delete_stale_keys: deleted {} target key(s) the snapshot "
+                 "of {} key(s) did not hold",
+                 pipeline_.name, *deleted, snapshot_keys_.size());
+  }
+  snapshot_keys_.clear();
+  record_keys_ = false;
+  co_return deleted;
+}
+
+}  // namespace xdcr::target

@@ -1,0 +1,79 @@
+#pragma once
+// The Sink of a standalone Redis target: the pipeline's EventFilter, the Applier (clamp and
+// encoding), the pipelined RedisTarget, the marker and the replay stamp.
+
+#include <string>
+
+#include "clock/clock.h"
+#include "common/logging.h"
+#include "common/stats.h"
+#include "config/config.h"
+#include "filters/event_filter.h"
+#include "filters/key_space.h"
+#include "target/applier.h"
+#include "target/max_ttl.h"
+#include "target/redis_target.h"
+#include "target/sink.h"
+#include "target/stale_sweep.h"
+
+namespace xdcr::target {
+
+class RedisSink final : public Sink {
+ public:
+  /**
+   * `target_clock` is the agent's view of the target's clock (the clamp's now); `stats` the
+   * pipeline's counters. All references outlive the sink (one session).
+   */
+  RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
+            const config::ClusterConfig& target_cluster, filters::KeySpaceConstSharedPtr keys,
+            const MaxTtlPolicy& policy, const clock::ClusterClock& target_clock,
+            const clock::Clock& clock, const Limits& limits, PipelineStats& stats);
+
+  // Sink
+  net::awaitable<Status> connect() override { return target_.connect(); }
+  net::awaitable<Status> run() override;
+  void close() override { target_.close(); }
+  net::awaitable<Result<MarkerState>> readMarkers() override;
+  void apply(const source::ResolvedUnit& unit, bool write) override;
+  void closeGroup(std::string_view replid) override;
+  size_t groupUnits() const override { return group_units_; }
+  void appendMarker(std::string_view token, uint64_t offset) override;
+  void resetOffset(uint64_t offset) override { target_.resetOffset(offset); }
+  void beginSnapshot(bool record_keys) override;
+  const SnapshotCounts& snapshotCounts() const override { return counts_; }
+  net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) override;
+  void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
+  uint64_t ackedOffset() const override { return target_.ackedOffset(); }
+  bool drained() const override { return target_.drained(); }
+  bool overLimits(bool snapshot) const override;
+  uint64_t committedCommands() const override { return target_.committedCommands(); }
+  uint64_t answeredCommands() const override { return target_.answeredCommands(); }
+  double stalledSeconds() const override { return target_.stalledSeconds(); }
+  net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) override {
+    return target_.waitProgress(d);
+  }
+
+ private:
+  void applySnapshotKey(const source::Change& c);
+
+  std::string label_;
+  const config::PipelineConfig& pipeline_;
+  const config::ClusterConfig& target_cluster_;
+  const Limits& limits_;
+  PipelineStats& stats_;
+  filters::EventFilter filter_;
+  Applier applier_;
+  RedisTarget target_;
+  std::string marker_key_;
+  std::string stamp_key_;
+  source::Change judged_;  // this pipeline's copy of the change being judged (reused)
+  uint64_t group_cmds_ = 0;
+  uint64_t group_end_ = 0;
+  size_t group_units_ = 0;
+  SnapshotCounts counts_;
+  bool record_keys_ = false;
+  SnapshotKeys snapshot_keys_;
+  LogRateLimiter fail_log_;
+};
+
+}  // namespace xdcr::target

@@ -1,0 +1,101 @@
+#pragma once
+// The Sink interface: one pipeline's target.
+//
+// A Sink owns everything that depends on one target: the pipeline's key space and deletion
+// filters (filters::EventFilter, strip_ttl included), the maxTTL clamp on the target's clock,
+// the encoding, the pipelined writer and the offset up to which the target has answered, the
+// target-loss marker and the replay stamp. It takes ResolvedUnits (source/source.h), the
+// snapshot's keys and the stream's units alike, through the same code. replicator/source_link.h
+// feeds one Source's units to the Sinks of every pipeline reading it.
+//
+// A new target kind (a Redis Cluster routed by slot, memcached) implements this interface.
+//
+// Offsets: every unit is committed with its end offset; ackedOffset() is the offset up to which
+// the target has answered every command (never anything it has not acknowledged), which is what
+// a checkpoint may cover and what the source is ACKed with.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "common/limits.h"
+#include "source/event.h"
+
+namespace xdcr::target {
+
+/** What a full sync made of its keys on one target. */
+struct SnapshotCounts {
+  uint64_t restored = 0;
+  uint64_t expired = 0;   // expired on the source, or clamped into the past: deleted
+  uint64_t filtered = 0;  // outside the key space
+  uint64_t failed = 0;    // the target cannot take them (e.g. over proto-max-bulk-len)
+};
+
+/** The target's bookkeeping keys, read when a session starts. */
+struct MarkerState {
+  bool present = false;
+  std::string marker;  // the target-loss marker's token ("" when absent)
+  std::string stamp;   // the replay stamp "<replid>:<offset>" ("" when absent)
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+
+  /** Connects, authenticates and learns what the target accepts. */
+  virtual net::awaitable<Status> connect() = 0;
+  /** Writes and reads replies until close() or an error (a failed write fails the session). */
+  virtual net::awaitable<Status> run() = 0;
+  virtual void close() = 0;
+  /** Reads the marker and the replay stamp, on a connection of its own. */
+  virtual net::awaitable<Result<MarkerState>> readMarkers() = 0;
+
+  /**
+   * Judges, encodes and appends one resolved unit (a source transaction stays one transaction).
+   * `write` false: the unit is judged (counted) but not written — the replay stamp shows the
+   * target applied it before a crash. A snapshot unit is written at the current acknowledged
+   * offset (a snapshot stands at the FULLRESYNC offset). Never suspends.
+   */
+  virtual void apply(const source::ResolvedUnit& unit, bool write) = 0;
+  /**
+   * Ends an open replay-stamp group with the stamp `<replid>:<end offset of its last unit>`.
+   * Called before every suspension point: the writer never sends half a group.
+   */
+  virtual void closeGroup(std::string_view replid) = 0;
+  /** Units in the open group (0: none open). */
+  virtual size_t groupUnits() const = 0;
+  /** The target-loss marker `token`, in order after everything appended, at `offset`. */
+  virtual void appendMarker(std::string_view token, uint64_t offset) = 0;
+  /** Sets the acknowledged offset with nothing in flight (after a handshake). */
+  virtual void resetOffset(uint64_t offset) = 0;
+
+  /** A full sync starts: counts from zero; `record_keys`: remember them for the stale sweep. */
+  virtual void beginSnapshot(bool record_keys) = 0;
+  virtual const SnapshotCounts& snapshotCounts() const = 0;
+  /**
+   * full_sync.delete_stale_keys, after the snapshot: deletes the target keys of the key space the
+   * snapshot lacked, in order after its writes; returns how many once all is acknowledged.
+   */
+  virtual net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) = 0;
+  /** Skew compensation: ms added to every source deadline (0 = none). */
+  virtual void setCompensationMs(int64_t ms) = 0;
+
+  virtual uint64_t ackedOffset() const = 0;
+  /** Everything appended has been answered. */
+  virtual bool drained() const = 0;
+  /** Over its unanswered commands/bytes limits: the source must not be read further for it. */
+  virtual bool overLimits(bool snapshot) const = 0;
+  /** Commands appended so far this session, and how many of them the target has answered. */
+  virtual uint64_t committedCommands() const = 0;
+  virtual uint64_t answeredCommands() const = 0;
+  /** Seconds since the last reply while commands were in flight (0 when idle). */
+  virtual double stalledSeconds() const = 0;
+  /** Waits until the target answers something (or `d` passes). */
+  virtual net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) = 0;
+};
+
+}  // namespace xdcr::target
