@@ -17,6 +17,7 @@ struct Error {
     Refused,     // the peer refused an operation (e.g. PSYNC not allowed)
     Storage,     // local disk (state_dir)
     Cancelled,   // we are shutting down
+    Conflict,    // someone else writes what only this pipeline may: stop, operator action needed
   };
   Kind kind = Kind::Io;
   std::string message;
@@ -27,6 +28,7 @@ struct Error {
   static Error refused(std::string m) { return {Kind::Refused, std::move(m)}; }
   static Error storage(std::string m) { return {Kind::Storage, std::move(m)}; }
   static Error cancelled() { return {Kind::Cancelled, "cancelled"}; }
+  static Error conflict(std::string m) { return {Kind::Conflict, std::move(m)}; }
 };
 
 template <class T>

@@ -103,6 +103,20 @@ void SourceLink::detach(Member& m, const std::string& why) {
   net::post(ex_, [fn = on_detach_, p] { fn(p); });
 }
 
+void SourceLink::retire(Member& m, const Error& why) {
+  Pipeline* p = m.p;
+  spdlog::critical("{}", why.message);
+  m.gone = true;
+  m.pending.reset();
+  if (m.sink) m.sink->close();
+  p->setLiveSink(nullptr);
+  p->setLink(nullptr);
+  p->setLastError(why.message);
+  p->setState(PipelineState::Stopped);
+  std::erase(pipelines_, p);
+  net::post(ex_, [fn = on_stopped_, p] { fn(p); });
+}
+
 net::awaitable<void> SourceLink::run() {
   Backoff backoff(limits_);
   while (!stopping_ && !pipelines_.empty()) {
@@ -304,7 +318,12 @@ net::awaitable<Status> SourceLink::watchSinks() {
     co_await sink_wake_.waitFor(std::chrono::seconds(1));
     if (live() > 1) continue;  // several: the read loop detaches a failed one
     for (auto& m : members_) {
-      if (!m.gone && m.failed) co_return fail(*m.failed);
+      if (m.gone || !m.failed) continue;
+      if (m.failed->kind == Error::Kind::Conflict) {
+        retire(m, *m.failed);
+        co_return Status{};
+      }
+      co_return fail(*m.failed);
     }
     if (live() == 0) co_return Status{};
   }
@@ -385,6 +404,10 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
 
 Status SourceLink::superviseMembers(bool snapshot) {
   const auto now = clock_.monotonicNow();
+  for (auto& m : members_) {
+    // Another writer of this pipeline's marker: replicating on would apply writes twice.
+    if (!m.gone && m.failed && m.failed->kind == Error::Kind::Conflict) retire(m, *m.failed);
+  }
   if (live() == 1) {
     for (auto& m : members_) {
       if (!m.gone && m.failed) return fail(*m.failed);

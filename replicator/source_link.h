@@ -98,6 +98,8 @@ class SourceLink final : private source::SnapshotConsumer {
   size_t live() const;
   /** Detaches `m` from this link (it runs on a link of its own). */
   void detach(Member& m, const std::string& why);
+  /** Stops `m`'s pipeline for good (another writer owns its marker). */
+  void retire(Member& m, const Error& why);
   /** A member whose pipeline was stopped: drain, checkpoint, leave. */
   net::awaitable<Status> leave(Member& m, const source::Source& source);
   /**

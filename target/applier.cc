@@ -199,10 +199,13 @@ void Applier::resetEntry() {
 void Applier::appendMarker(std::string_view key, std::string_view token) {
   resetEntry();
   ensureDb(0);
-  cmd(3);
+  // GET: the reply is the previous token, which must be the one this pipeline wrote last
+  // (RedisSink checks it: a second writer of the marker is a second agent on this pipeline).
+  cmd(4);
   bulk("SET");
   bulk(key);
   bulk(token);
+  bulk("GET");
   endEntry(false);
 }
 

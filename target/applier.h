@@ -45,7 +45,7 @@ class Applier {
   /** What the last snapshot key applied became. */
   SnapshotWrite lastSnapshotWrite() const { return snapshot_write_; }
   /**
-   * The target-loss marker (target/marker.h): `SET key token` in target db 0, in order after
+   * The target-loss marker (target/marker.h): `SET key token GET` in target db 0, in order after
    * everything before it. Call between beginUnit(false) and finishUnit().
    */
   void appendMarker(std::string_view key, std::string_view token);

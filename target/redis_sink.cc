@@ -54,6 +54,7 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers() {
   MarkerState m;
   m.present = !v.isNull();
   if (m.present) m.marker = v.str;
+  last_marker_ = m.present ? std::optional<std::string>(m.marker) : std::nullopt;
   if (const resp::Value& st = (*r)[1]; st.type == resp::ReplyType::Bulk) m.stamp = st.str;
   co_return m;
 }
@@ -101,6 +102,17 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
   applier_.beginUnit(false);
   applier_.appendMarker(marker_key_, token);
   target_.commit(applier_.finishUnit(target_.pending()), offset);
+  // The previous value must be what this sink left there: anything else is another writer of
+  // this pipeline's marker — a second agent replicating the same pipeline into this target,
+  // which would apply every non-idempotent write twice.
+  target_.expectReply(
+      target_.committedCommands(), last_marker_,
+      fmt::format("pipeline {}: another writer replaced this pipeline's marker {} on target {} "
+                  "since this agent last wrote it: two agents (or two pipelines of this name) "
+                  "replicate into the same target; this pipeline stops — stop the other writer, "
+                  "then restart this agent",
+                  pipeline_.name, marker_key_, target_cluster_.name));
+  last_marker_ = std::string(token);
 }
 
 void RedisSink::beginSnapshot(bool record_keys) {

@@ -2,6 +2,7 @@
 // The Sink of a standalone Redis target: the pipeline's EventFilter, the Applier (clamp and
 // encoding), the pipelined RedisTarget, the marker and the replay stamp.
 
+#include <optional>
 #include <string>
 
 #include "clock/clock.h"
@@ -66,6 +67,7 @@ class RedisSink final : public Sink {
   RedisTarget target_;
   std::string marker_key_;
   std::string stamp_key_;
+  std::optional<std::string> last_marker_;  // the marker's value as this sink last left it
   source::Change judged_;  // this pipeline's copy of the change being judged (reused)
   uint64_t group_cmds_ = 0;
   uint64_t group_end_ = 0;

@@ -115,6 +115,16 @@ net::awaitable<Status> RedisTarget::runReader() {
       if (info.has_error) {
         if (auto s = onReplyError(info.text); !s) co_return s;
       }
+      if (!expects_.empty() && expects_.front().seq == replied_seq_ + 1) {
+        Expect e = std::move(expects_.front());
+        expects_.pop_front();
+        const bool null = info.type == resp::ReplyType::Null;
+        if (null != !e.value.has_value() || (!null && info.text != *e.value)) {
+          co_return fail(Error::conflict(fmt::format(
+              "{}: found {}, expected {}", e.what, null ? "nothing" : "\"" + info.text + "\"",
+              e.value ? "\"" + *e.value + "\"" : "nothing")));
+        }
+      }
       ++replied_seq_;
       progressed = true;
       while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
@@ -148,6 +158,10 @@ Status RedisTarget::onReplyError(const std::string& text) {
                  suppressed ? fmt::format("; {} more suppressed", suppressed) : "");
   }
   return Status{};
+}
+
+void RedisTarget::expectReply(uint64_t seq, std::optional<std::string> value, std::string what) {
+  expects_.push_back({seq, std::move(value), std::move(what)});
 }
 
 double RedisTarget::stalledSeconds() const {

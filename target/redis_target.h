@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "clock/clock.h"
@@ -70,6 +71,12 @@ class RedisTarget {
   }
   /** Seconds since the last reply while commands were in flight (0 when idle). */
   double stalledSeconds() const;
+  /**
+   * The reply to command number `seq` (committedCommands() just after it was committed) must
+   * be the bulk string `value` (nullopt: a null reply); otherwise the session fails with a
+   * Conflict error: "<what>: found <reply>, expected <value>". For `SET marker token GET`.
+   */
+  void expectReply(uint64_t seq, std::optional<std::string> value, std::string what);
 
   void close() {
     closing_ = true;
@@ -93,6 +100,12 @@ class RedisTarget {
     uint64_t offset;  // source offset applied at that point
   };
   std::deque<Mark> marks_;
+  struct Expect {
+    uint64_t seq;
+    std::optional<std::string> value;
+    std::string what;
+  };
+  std::deque<Expect> expects_;
   uint64_t acked_offset_ = 0;
   uint64_t max_bulk_ = 512ULL << 20;
   Notify writer_wake_;
