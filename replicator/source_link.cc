@@ -414,39 +414,29 @@ Status SourceLink::superviseMembers(bool snapshot) {
     }
     return Status{};
   }
-  bool any_free = false;  // a member that is not holding the link back
-  for (const auto& m : members_) {
+  // Each member's view, then the verdicts (replicator/supervision.h): a member that holds the
+  // others back longer than detach_after leaves for a link of its own.
+  for (auto& m : members_) {
     if (m.gone) continue;
-    if (!m.failed && !m.p->paused() && !m.sink->overLimits(snapshot)) any_free = true;
+    m.hold.failed = m.failed.has_value();
+    m.hold.paused = m.p->paused() && !m.p->stopping();
+    m.hold.over_limits = m.sink->overLimits(snapshot);
+    m.hold.silent_s = m.sink->stalledSeconds();
   }
   for (auto& m : members_) {
     if (m.gone || live() <= 1) continue;
-    if (m.failed) {
-      detach(m, m.failed->message);
-      continue;
-    }
-    if (!m.detach_reason.empty()) {
-      detach(m, m.detach_reason);
-      continue;
-    }
-    if (!any_free) {
-      m.held_since.reset();  // everyone waits: the source is faster than all targets
-      continue;
-    }
-    if (m.p->paused()) {
-      detach(m, std::string("it is paused: ") + m.p->pausedDetail());
-      continue;
-    }
-    if (m.sink->overLimits(snapshot)) {
-      if (!m.held_since) m.held_since = now;
-      if (now - *m.held_since >= limits_.detach_after) {
-        detach(m, fmt::format("its target held the others back for {:.1f} s (over its "
-                              "unanswered limits)",
-                              seconds(now - *m.held_since)));
+    bool others_free = false;
+    for (const auto& o : members_) {
+      if (&o != &m && !o.gone && !o.hold.failed && !o.hold.paused && !o.hold.over_limits &&
+          o.hold.silent_s <= seconds(limits_.detach_after)) {
+        others_free = true;
       }
-    } else {
-      m.held_since.reset();
     }
+    std::string why = detachReason(m.hold, others_free, now, limits_);
+    if (why.empty()) continue;
+    if (m.failed) why += ": " + m.failed->message;
+    if (m.hold.paused) why += ": " + m.p->pausedDetail();
+    detach(m, why);
   }
   return Status{};
 }
@@ -673,10 +663,9 @@ net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
                                              "reconnecting",
                                              m.p->name(), seconds(limits_.target_stall))));
       }
-      if (live() > 1 && stalled > seconds(limits_.detach_after) && m.detach_reason.empty()) {
-        // Silent with commands in flight: it would hold the others back at its limits.
-        m.detach_reason = fmt::format("its target has not answered for {:.1f} s", stalled);
-        if (reading_source_) live_source_->cancel();
+      if (live() > 1 && stalled > seconds(limits_.detach_after) && reading_source_) {
+        // Silent with commands in flight: the read loop detaches it at its next boundary.
+        live_source_->cancel();
       }
     }
     // A quiet source: the marker of a pending checkpoint may be answered while readLoop waits.
@@ -876,7 +865,7 @@ net::awaitable<Status> SourceLink::beginSnapshot(const source::Position& at,
     pr = SnapshotProgress{};
     pr.active = true;
     pr.bytes_total = total_bytes;
-    pr.started = std::chrono::steady_clock::now();
+    pr.started = clock_.monotonicNow();
     spdlog::info("pipeline {}: full sync from {}:{} ({} snapshot)", m.p->name(), at.replid,
                  at.offset,
                  total_bytes ? fmt::format("{} byte", total_bytes) : std::string("diskless"));

@@ -37,6 +37,7 @@
 #include "common/notify.h"
 #include "config/config.h"
 #include "replicator/pipeline.h"
+#include "replicator/supervision.h"
 #include "source/expiry_index.h"
 #include "source/source.h"
 #include "target/sink.h"
@@ -78,9 +79,8 @@ class SourceLink final : private source::SnapshotConsumer {
     bool running = false;  // sink->run() has not returned yet
     bool gone = false;     // detached or left during this session
     std::optional<Error> failed;  // sink->run() returned this
-    std::string detach_reason;    // set by ackLoop: detach at the next boundary
     uint64_t skip_until = 0;      // units ending at or before this are not written again
-    std::optional<std::chrono::steady_clock::time_point> held_since;
+    MemberHold hold;              // what supervision saw last (replicator/supervision.h)
     std::optional<PendingCheckpoint> pending;
   };
   using Members = std::list<Member>;

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "common/limits.h"
 
@@ -61,5 +63,26 @@ inline std::chrono::steady_clock::duration ackPeriod(const Limits& limits,
                                                      std::chrono::steady_clock::duration since_start) {
   return since_start < limits.ack_early_phase ? limits.ack_period_early : limits.ack_period;
 }
+
+/** One pipeline of a shared link, as the link's supervision sees it at one moment. */
+struct MemberHold {
+  bool failed = false;       // its sink's session ended with an error
+  bool paused = false;       // operator or clock-skew pause
+  bool over_limits = false;  // over its unanswered commands/bytes: the link waits for it
+  double silent_s = 0;       // seconds without a reply while commands are in flight
+  /** Since when it has been holding the link back (kept between calls). */
+  std::optional<std::chrono::steady_clock::time_point> held_since;
+};
+
+/**
+ * Whether a pipeline leaves its shared link now, and why ("" = it stays). `others_free`: some
+ * other pipeline of the link is not holding it back — when every one is, nobody gains from a
+ * detachment (the source is simply faster than every target). Rules, in order: a failed sink;
+ * a pause while others run; a target silent with commands in flight for detach_after; a target
+ * over its limits (the link waiting for it) for detach_after. So no pipeline is held back by
+ * another for longer than detach_after (plus the caller's polling period).
+ */
+std::string detachReason(MemberHold& m, bool others_free,
+                         std::chrono::steady_clock::time_point now, const Limits& limits);
 
 }  // namespace xdcr::replicator

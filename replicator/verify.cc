@@ -267,7 +267,7 @@ net::awaitable<void> Verifier::pace(size_t keys) {
   if (opt_.rate <= 0) co_return;
   const auto due = paced_from_ + std::chrono::microseconds(
                                      static_cast<int64_t>(double(paced_keys_) / opt_.rate * 1e6));
-  if (due > std::chrono::steady_clock::now()) {
+  if (due > local_clock_.monotonicNow()) {
     net::steady_timer t(co_await net::this_coro::executor, due);
     co_await t.async_wait(net::use_awaitable);
   }
@@ -390,7 +390,7 @@ net::awaitable<int> Verifier::run() {
   }
   const uint64_t stride = opt_.sample > 0 ? std::max<uint64_t>(1, total / opt_.sample) : 1;
   uint64_t seen = 0;
-  paced_from_ = std::chrono::steady_clock::now();
+  paced_from_ = local_clock_.monotonicNow();
 
   Status status;
   for (int db : *dbs) {

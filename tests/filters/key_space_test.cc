@@ -1,0 +1,83 @@
+// The key space (filters/key_space.h): the dbs map, include/exclude and key_rewrite as one value,
+// and its inverses used by the stale-key sweep and verify.
+
+#include <gtest/gtest.h>
+
+#include "filters/key_space.h"
+
+namespace xdcr::filters {
+namespace {
+
+config::PipelineConfig pipeline() {
+  config::PipelineConfig p;
+  p.name = "p";
+  return p;
+}
+
+TEST(KeySpace, IdentityByDefault) {
+  KeySpace ks(pipeline());
+  EXPECT_EQ(ks.mapDb(0), 0);
+  EXPECT_EQ(ks.mapDb(15), 15);
+  EXPECT_TRUE(ks.contains(3, "anything"));
+  EXPECT_FALSE(ks.rewrites());
+  EXPECT_EQ(ks.sourceDbsByTarget().size(), 16u);
+  EXPECT_EQ(ks.rewrite("k").first, "");
+  EXPECT_EQ(ks.rewrite("k").second, "k");
+}
+
+TEST(KeySpace, DbMapReplicatesOnlyItsDbsAndInverts) {
+  auto p = pipeline();
+  p.dbs = {{0, 2}, {5, 0}};
+  KeySpace ks(p);
+  EXPECT_EQ(ks.mapDb(0), 2);
+  EXPECT_EQ(ks.mapDb(5), 0);
+  EXPECT_EQ(ks.mapDb(1), -1);
+  EXPECT_FALSE(ks.contains(1, "k"));
+  const auto back = ks.sourceDbsByTarget();
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back.at(2), 0);
+  EXPECT_EQ(back.at(0), 5);
+}
+
+TEST(KeySpace, IncludeThenExcludeAreUnanchoredSearches) {
+  auto p = pipeline();
+  p.filters.include_keys.push_back({"^sess:", {}});
+  p.filters.include_keys.push_back({"tok", {}});
+  p.filters.exclude_keys.push_back({":secret$", {}});
+  KeySpace ks(p);
+  EXPECT_TRUE(ks.keyPasses("sess:1"));
+  EXPECT_TRUE(ks.keyPasses("a:tok:b"));  // unanchored
+  EXPECT_FALSE(ks.keyPasses("other"));
+  EXPECT_FALSE(ks.keyPasses("sess:1:secret"));
+}
+
+TEST(KeySpace, RewriteUsesTheFirstMatchingPrefixAndUnrewriteUndoesIt) {
+  auto p = pipeline();
+  p.key_rewrite.push_back({"east:", "west:", {}});
+  p.key_rewrite.push_back({"e", "E", {}});
+  KeySpace ks(p);
+  auto [prefix, rest] = ks.rewrite("east:1");
+  EXPECT_EQ(prefix, "west:");
+  EXPECT_EQ(rest, "1");
+  auto [p2, r2] = ks.rewrite("ex");
+  EXPECT_EQ(p2, "E");
+  EXPECT_EQ(r2, "x");
+  EXPECT_EQ(ks.unrewrite("west:1"), "east:1");
+  EXPECT_EQ(ks.unrewrite("plain"), "plain");
+}
+
+TEST(KeySpace, OutlivesTheConfigItWasBuiltFrom) {
+  // Shared by the sink, the sweep and verify: it owns copies, not views of the config.
+  KeySpaceConstSharedPtr ks;
+  {
+    auto p = pipeline();
+    p.dbs = {{1, 1}};
+    p.key_rewrite.push_back({"a:", "b:", {}});
+    ks = std::make_shared<const KeySpace>(p);
+  }
+  EXPECT_EQ(ks->mapDb(1), 1);
+  EXPECT_EQ(ks->rewrite("a:x").first, "b:");
+}
+
+}  // namespace
+}  // namespace xdcr::filters
