@@ -8,7 +8,10 @@
 
 namespace xdcr::replicator {
 
-/** Runs the agent until it is stopped. Returns the process exit status. */
+/**
+ * Runs the agent until it is stopped. Returns the process exit status; 75, before any pipeline
+ * starts, when another agent holds the state directory.
+ */
 int runAgent(config::ConfigConstSharedPtr config);
 
 }  // namespace xdcr::replicator

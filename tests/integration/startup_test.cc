@@ -1,5 +1,6 @@
 // What `xdcr-agent run` refuses before any pipeline starts, because running would replicate
-// writes without end: a replication cycle (exit 78, also from `validate`).
+// writes twice or without end: a second agent on a state directory another agent holds (exit
+// 75), and a replication cycle (exit 78, also from `validate`).
 
 #include <gtest/gtest.h>
 
@@ -18,6 +19,10 @@ std::string clusterLine(const std::string& name, const std::string& address) {
   return "  " + name + ": {type: redis, address: \"" + address + "\"}\n";
 }
 
+bool arrives(const RedisServer& target, const std::string& key) {
+  return waitUntil([&] { return target.client().command({"EXISTS", key}).integer() == 1; }, 15s);
+}
+
 class StartupTest : public ::testing::Test {
  protected:
   /** A config with the given clusters and pipelines, state in dir_/state. */
@@ -32,6 +37,47 @@ class StartupTest : public ::testing::Test {
 
   TempDir dir_{"xdcr-startup"};
 };
+
+TEST_F(StartupTest, ASecondAgentOnTheSameStateDirectoryExitsAndTheFirstGoesOn) {
+  RedisServer source({"--repl-diskless-sync-delay", "0"});
+  RedisServer target;
+  const std::string config =
+      writeConfig("xdcr.yaml",
+                  clusterLine("src", source.address()) + clusterLine("dst", target.address()),
+                  "  - {name: p, source: src, target: dst}\n");
+  AgentProcess first(config, dir_.file("first.log"));
+  source.client().command({"SET", "before", "v"});
+  ASSERT_TRUE(arrives(target, "before")) << first.logTail();
+
+  AgentProcess second(config, dir_.file("second.log"));
+  ASSERT_TRUE(waitUntil([&] { return !second.running(); }, 20s))
+      << "the second agent is still running on the first one's state directory\n"
+      << second.logTail();
+  ASSERT_TRUE(second.exitStatus()->exited) << second.exitStatus()->describe();
+  EXPECT_EQ(second.exitStatus()->code, 75) << second.logText();
+  const std::string expected = "state directory " + stateDir() +
+                               " is in use by another xdcr-agent (PID " +
+                               std::to_string(first.pid()) + "; lock file " + stateDir() +
+                               "/agent.lock): two agents on one state directory would apply "
+                               "writes twice; stop the other agent or give this one its own "
+                               "agent.state_dir";
+  EXPECT_NE(second.logText().find(expected), std::string::npos) << second.logText();
+  EXPECT_EQ(replicasOf(source.client().info("replication")).size(), 1u)
+      << "the second agent connected to the source";
+
+  ASSERT_TRUE(first.running()) << first.describeState() << "\n" << first.logTail();
+  source.client().command({"SET", "after", "v"});
+  EXPECT_TRUE(arrives(target, "after")) << first.logTail();
+  EXPECT_TRUE(first.terminate().success()) << first.logTail();
+
+  // The kernel released the lock with the first agent: the PID it left in the file does not
+  // stop the next one.
+  AgentProcess third(config, dir_.file("third.log"));
+  source.client().command({"SET", "third", "v"});
+  EXPECT_TRUE(arrives(target, "third")) << third.logTail();
+  EXPECT_EQ(readFileText(stateDir() + "/agent.lock"), std::to_string(third.pid()) + "\n");
+  EXPECT_TRUE(third.terminate().success()) << third.logTail();
+}
 
 TEST_F(StartupTest, ValidateAndRunRefuseAReplicationCycle) {
   // Nothing listens there: the cycle is refused before anything connects.
