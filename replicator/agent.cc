@@ -20,6 +20,7 @@
 #include "replicator/clock_report.h"
 #include "replicator/metrics.h"
 #include "replicator/pipeline.h"
+#include "replicator/preflight.h"
 #include "replicator/state_lock.h"
 
 namespace xdcr::replicator {
@@ -259,6 +260,7 @@ class PipelineSet {
 int runAgent(config::ConfigConstSharedPtr config) {
   StateDirLock state_lock;  // held until the process exits: one agent per state directory
   if (int code = state_lock.acquire(config->agent.state_dir)) return code;
+  if (int code = checkDistinctServers(*config)) return code;  // one server under two names
   net::io_context ioc(1);
   clock::SystemClock clock;
   // The skew monitor measures NTP and every cluster's clock at once, then every check_interval;

@@ -9,8 +9,9 @@
 namespace xdcr::replicator {
 
 /**
- * Runs the agent until it is stopped. Returns the process exit status; 75, before any pipeline
- * starts, when another agent holds the state directory.
+ * Runs the agent until it is stopped. Returns the process exit status; before any pipeline
+ * starts, 75 when another agent holds the state directory and 78 when two cluster names are one
+ * server.
  */
 int runAgent(config::ConfigConstSharedPtr config);
 

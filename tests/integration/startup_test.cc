@@ -1,8 +1,13 @@
 // What `xdcr-agent run` refuses before any pipeline starts, because running would replicate
 // writes twice or without end: a second agent on a state directory another agent holds (exit
-// 75), and a replication cycle (exit 78, also from `validate`).
+// 75), a replication cycle (exit 78, also from `validate`), and one server configured under two
+// cluster names (exit 78, found by run_id). A cluster that cannot be reached at start does not
+// stop the agent.
 
 #include <gtest/gtest.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <string>
 
@@ -21,6 +26,22 @@ std::string clusterLine(const std::string& name, const std::string& address) {
 
 bool arrives(const RedisServer& target, const std::string& key) {
   return waitUntil([&] { return target.client().command({"EXISTS", key}).integer() == 1; }, 15s);
+}
+
+/** Whether "localhost" resolves to 127.0.0.1 here (the address a test server listens on). */
+bool localhostIsLoopbackV4() {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo("localhost", nullptr, &hints, &res) != 0) return false;
+  bool found = false;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+    found = found || ntohl(in->sin_addr.s_addr) == INADDR_LOOPBACK;
+  }
+  ::freeaddrinfo(res);
+  return found;
 }
 
 class StartupTest : public ::testing::Test {
@@ -107,6 +128,54 @@ TEST_F(StartupTest, ValidateAndRunRefuseAReplicationCycle) {
       "  - {name: b-to-c, source: b, target: c}\n");
   auto r = runAgentCommand({"validate", "-c", chain}, dir_.file("chain.out"), kCommandTimeout);
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(StartupTest, OneServerUnderTwoNamesIsRefusedAtRun) {
+  if (!localhostIsLoopbackV4()) GTEST_SKIP() << "\"localhost\" does not resolve to 127.0.0.1";
+  RedisServer server;
+  const std::string port = std::to_string(server.port());
+  const std::string config =
+      writeConfig("alias.yaml",
+                  clusterLine("a", "127.0.0.1:" + port) + clusterLine("b", "localhost:" + port),
+                  "  - {name: a-to-b, source: a, target: b}\n");
+  // validate does not connect: to it these are two clusters.
+  auto v = runAgentCommand({"validate", "-c", config}, dir_.file("validate.out"), kCommandTimeout);
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+
+  const std::string run_id = server.client().info("server")["run_id"];
+  const std::string changes_before =
+      server.client().info("persistence")["rdb_changes_since_last_save"];
+  auto r = runAgentCommand({"run", "-c", config}, dir_.file("run.out"), kCommandTimeout);
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find("clusters \"a\" (127.0.0.1:" + port + ") and \"b\" (localhost:" + port +
+                          ") are one Redis server (run_id " + run_id + ")"),
+            std::string::npos)
+      << r.output;
+  // Nothing was written: no data, no marker, no replica attached.
+  EXPECT_EQ(server.client().info("persistence")["rdb_changes_since_last_save"], changes_before);
+  EXPECT_EQ(server.client().command({"DBSIZE"}).integer(), 0);
+  EXPECT_EQ(replicasOf(server.client().info("replication")).size(), 0u);
+}
+
+TEST_F(StartupTest, AClusterUnreachableAtStartDoesNotStopTheAgent) {
+  RedisServer source({"--repl-diskless-sync-delay", "0"});
+  const std::string nowhere = "127.0.0.1:" + std::to_string(freePort());
+  const std::string config =
+      writeConfig("xdcr.yaml", clusterLine("src", source.address()) + clusterLine("dst", nowhere),
+                  "  - {name: p, source: src, target: dst}\n");
+  AgentProcess agent(config, dir_.file("agent.log"));
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return agent.logText().find("cannot read the run_id of cluster dst (" + nowhere + ")") !=
+               std::string::npos;
+      },
+      20s))
+      << agent.logTail();
+  ASSERT_TRUE(waitUntil(
+      [&] { return agent.logText().find("starting 1 pipeline(s)") != std::string::npos; }, 10s))
+      << agent.logTail();
+  EXPECT_TRUE(agent.running()) << agent.describeState() << "\n" << agent.logTail();
+  EXPECT_TRUE(agent.terminate().success()) << agent.logTail();
 }
 
 }  // namespace
