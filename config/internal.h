@@ -91,7 +91,7 @@ struct ParseContext {
 void parseRoot(const YAML::Node& root, const ParseContext& ctx, ParsedConfig& out,
                Diagnostics& diags);
 
-/** Cross-section pass: pipeline references, duplicate names, self-replication. */
+/** Cross-section pass: pipeline references, duplicate names, self-replication, cycles. */
 void validateReferences(const ParsedConfig& parsed, Diagnostics& diags);
 
 }  // namespace xdcr::config::internal

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +87,167 @@ void checkSelfReplication(const ParsedConfig& parsed, const PipelineConfig& pipe
   }
 }
 
+/**
+ * One edge of the replication graph: a pipeline between two servers, or, for a pipeline whose
+ * source and target are one server, one entry of its dbs map (db -> another db of that server).
+ */
+struct Edge {
+  std::string from, to;  // nodes: "host:port" (host lower-cased), plus " db N" inside one server
+  size_t pipeline = 0;   // index in config.pipelines
+  int from_db = -1;      // >= 0: an edge inside one server
+  int to_db = -1;
+  Mark mark;  // where to point: the pipeline's source:, or the dbs entry
+};
+
+bool before(Mark a, Mark b) { return std::pair(a.line, a.column) < std::pair(b.line, b.column); }
+
+std::string serverNode(const ClusterConfig& cluster) {
+  std::string host = cluster.host;
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return joinHostPort(host, cluster.port);  // sameHost's notion of "the same address"
+}
+
+/** The edges of `from_edge`'s shortest way back: edges[from_edge].to ... edges[from_edge].from. */
+std::optional<std::vector<size_t>> wayBack(const std::vector<Edge>& edges, size_t from_edge) {
+  const std::string& goal = edges[from_edge].from;
+  std::map<std::string, size_t> reached_by;  // node -> the edge that first reached it
+  std::vector<std::string> frontier = {edges[from_edge].to};
+  reached_by.emplace(edges[from_edge].to, from_edge);
+  while (!frontier.empty() && !reached_by.contains(goal)) {
+    std::vector<std::string> next;
+    for (const std::string& node : frontier) {
+      for (size_t e = 0; e < edges.size(); ++e) {
+        if (edges[e].from == node && reached_by.emplace(edges[e].to, e).second) {
+          next.push_back(edges[e].to);
+        }
+      }
+    }
+    frontier = std::move(next);
+  }
+  auto it = reached_by.find(goal);
+  if (it == reached_by.end()) {
+    return std::nullopt;
+  }
+  std::vector<size_t> path;
+  for (size_t e = it->second; e != from_edge; e = reached_by.at(edges[e].from)) {
+    path.push_back(e);
+  }
+  path.push_back(from_edge);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::string describeCycle(const Config& config, const std::vector<Edge>& edges,
+                          const std::vector<size_t>& cycle) {
+  std::vector<std::string> items;
+  std::vector<std::string> aliases;
+  for (size_t i = 0; i < cycle.size(); ++i) {
+    const Edge& edge = edges[cycle[i]];
+    const PipelineConfig& pipeline = config.pipelines[edge.pipeline];
+    if (edge.from_db >= 0) {
+      items.push_back(quote(pipeline.name) + " (db " + std::to_string(edge.from_db) + " -> db " +
+                      std::to_string(edge.to_db) + ")");
+      continue;
+    }
+    items.push_back(quote(pipeline.name) + " (" + pipeline.source + " -> " + pipeline.target +
+                    ")");
+    // Two cluster names for one address join the cycle: say so, or it would not read as one.
+    const Edge& next = edges[cycle[(i + 1) % cycle.size()]];
+    const std::string& next_source = config.pipelines[next.pipeline].source;
+    if (next_source != pipeline.target) {
+      const ClusterConfig& target = *config.cluster(pipeline.target);
+      aliases.push_back("clusters " + quote(pipeline.target) + " and " + quote(next_source) +
+                        " have the same address " + joinHostPort(target.host, target.port));
+    }
+  }
+  std::string list;
+  for (size_t i = 0; i < items.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+  }
+  if (edges[cycle.front()].from_db >= 0) {
+    const ClusterConfig& cluster = *config.cluster(config.pipelines[edges[cycle.front()].pipeline]
+                                                       .source);
+    return "the dbs maps of " + list + " replicate within " +
+           joinHostPort(cluster.host, cluster.port) +
+           " in a cycle: every write would come back to the db it came from and be replicated "
+           "again, without end; change the dbs maps so that no db is copied back into one it "
+           "came from";
+  }
+  return "pipelines " + list + " form a replication cycle" +
+         (aliases.empty() ? "" : " (" + joinNames(aliases) + ")") +
+         ": every write would come back to the cluster it came from and be replicated again, "
+         "without end; replication in both directions is not supported yet: remove one of these "
+         "pipelines";
+}
+
+/**
+ * Refuses replication cycles (east -> west -> east, or longer): the agent cannot tell its own
+ * writes from the application's, so each would be replicated back and forth for ever. Clusters
+ * with the same address are one node (the same-address check above is per pipeline; aliases
+ * by another name, e.g. localhost, are caught at `run` by comparing run_ids). Within one server
+ * (a dbs map to other dbs, which checkSelfReplication allows) the nodes are its dbs.
+ */
+void checkCycles(const ParsedConfig& parsed, Diagnostics& diags) {
+  const Config& config = parsed.config;
+  std::vector<Edge> edges;
+  std::set<std::string> names;
+  for (size_t i = 0; i < config.pipelines.size(); ++i) {
+    const PipelineConfig& pipeline = config.pipelines[i];
+    const ClusterConfig* source = config.cluster(pipeline.source);
+    const ClusterConfig* target = config.cluster(pipeline.target);
+    // Unnamed, duplicate, dangling or badly addressed pipelines were reported already; a cycle
+    // through them is reported once they are fixed (and can be named).
+    auto address_ok = [&](const ClusterConfig* cluster) {
+      auto it = cluster == nullptr ? parsed.cluster_info.end()
+                                   : parsed.cluster_info.find(cluster->name);
+      return it != parsed.cluster_info.end() && it->second.address_ok;
+    };
+    if (pipeline.name.empty() || !names.insert(pipeline.name).second || !address_ok(source) ||
+        !address_ok(target)) {
+      continue;
+    }
+    const PipelineMarks& marks = parsed.pipeline_marks[i];
+    const std::string from = serverNode(*source), to = serverNode(*target);
+    if (from != to) {
+      edges.push_back({from, to, i, -1, -1, marks.source});
+      continue;
+    }
+    for (const auto& [from_db, to_db] : pipeline.dbs) {
+      if (from_db == to_db) {
+        continue;  // checkSelfReplication reported it (as it does an empty dbs map)
+      }
+      auto mark = marks.dbs.find(from_db);
+      edges.push_back({from + " db " + std::to_string(from_db), to + " db " + std::to_string(to_db),
+                       i, from_db, to_db, mark != marks.dbs.end() ? mark->second : marks.target});
+    }
+  }
+  // Each edge not yet in a reported cycle starts a search, so every cycle is reported once and
+  // a second, separate cycle gets its own message.
+  std::vector<bool> reported(edges.size(), false);
+  for (size_t e = 0; e < edges.size(); ++e) {
+    if (reported[e]) {
+      continue;
+    }
+    auto cycle = wayBack(edges, e);
+    if (!cycle) {
+      continue;
+    }
+    for (size_t c : *cycle) {
+      reported[c] = true;
+    }
+    // Listed from the edge written first; pointed at the one written last (it closes the cycle).
+    auto first = std::min_element(cycle->begin(), cycle->end(), [&](size_t a, size_t b) {
+      return before(edges[a].mark, edges[b].mark);
+    });
+    std::rotate(cycle->begin(), first, cycle->end());
+    size_t last = *std::max_element(cycle->begin(), cycle->end(), [&](size_t a, size_t b) {
+      return before(edges[a].mark, edges[b].mark);
+    });
+    diags.error(edges[last].mark, describeCycle(config, edges, *cycle));
+  }
+}
+
 }  // namespace
 
 void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
@@ -119,6 +282,7 @@ void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
     checkClusterReference(parsed, "target", pipeline.target, marks.target, diags);
     checkSelfReplication(parsed, pipeline, marks, diags);
   }
+  checkCycles(parsed, diags);
 }
 
 }  // namespace xdcr::config::internal

@@ -21,7 +21,9 @@
 #include "replicator/clock_report.h"
 #include "replicator/metrics.h"
 #include "replicator/pipeline.h"
+#include "replicator/preflight.h"
 #include "replicator/source_link.h"
+#include "replicator/state_lock.h"
 
 namespace xdcr::replicator {
 namespace {
@@ -297,6 +299,9 @@ class PipelineSet {
 }  // namespace
 
 int runAgent(config::ConfigConstSharedPtr config) {
+  StateDirLock state_lock;  // held until the process exits: one agent per state directory
+  if (int code = state_lock.acquire(config->agent.state_dir)) return code;
+  if (int code = checkDistinctServers(*config)) return code;  // one server under two names
   net::io_context ioc(1);
   clock::SystemClock clock;
   // The skew monitor measures NTP and every cluster's clock at once, then every check_interval;

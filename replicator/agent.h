@@ -8,7 +8,11 @@
 
 namespace xdcr::replicator {
 
-/** Runs the agent until it is stopped. Returns the process exit status. */
+/**
+ * Runs the agent until it is stopped. Returns the process exit status; before any pipeline
+ * starts, 75 when another agent holds the state directory and 78 when two cluster names are one
+ * server.
+ */
 int runAgent(config::ConfigConstSharedPtr config);
 
 }  // namespace xdcr::replicator

@@ -797,8 +797,119 @@ pipelines:
 pipelines:
   - {name: p, source: a, target: b}
 )",
-                    "t.yaml:3:5: error: \"address\" has no value; write address: host:port"}),
+                    "t.yaml:3:5: error: \"address\" has no value; write address: host:port"},
+        // Replication cycles: each write would be replicated back, without end.
+        InvalidCase{"DirectCycle", R"(clusters:
+  east: {address: "127.0.0.1:7001"}
+  west: {address: "127.0.0.1:7002"}
+pipelines:
+  - name: east-to-west
+    source: east
+    target: west
+  - name: west-to-east
+    source: west
+    target: east
+)",
+                    "t.yaml:9:13: error: pipelines \"east-to-west\" (east -> west) and "
+                    "\"west-to-east\" (west -> east) form a replication cycle: every write would "
+                    "come back to the cluster it came from and be replicated again, without end; "
+                    "replication in both directions is not supported yet: remove one of these "
+                    "pipelines"},
+        // Listed in cycle order from the pipeline written first; reported where it closes.
+        InvalidCase{"ThreeCycleThroughOtherPipelines", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+  c: {address: "127.0.0.1:7003"}
+  d: {address: "127.0.0.1:7004"}
+pipelines:
+  - {name: c-to-a, source: c, target: a}
+  - {name: a-to-d, source: a, target: d}
+  - {name: a-to-b, source: a, target: b}
+  - {name: b-to-c, source: b, target: c}
+)",
+                    "t.yaml:10:28: error: pipelines \"c-to-a\" (c -> a), \"a-to-b\" (a -> b) "
+                    "and \"b-to-c\" (b -> c) form a replication cycle: every write would come "
+                    "back to the cluster it came from and be replicated again, without end; "
+                    "replication in both directions is not supported yet: remove one of these "
+                    "pipelines"},
+        InvalidCase{"CycleThroughTwoNamesOfOneAddress", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+  a-again: {address: "127.0.0.1:7001"}
+pipelines:
+  - {name: ab, source: a, target: b}
+  - {name: ba, source: b, target: a-again}
+)",
+                    "t.yaml:7:24: error: pipelines \"ab\" (a -> b) and \"ba\" (b -> a-again) "
+                    "form a replication cycle (clusters \"a-again\" and \"a\" have the same "
+                    "address 127.0.0.1:7001): every write would come back to the cluster it came "
+                    "from and be replicated again, without end; replication in both directions "
+                    "is not supported yet: remove one of these pipelines"},
+        // One server, a dbs map to other dbs (allowed) that leads back: a cycle among its dbs.
+        InvalidCase{"CycleAmongTheDbsOfOneServer", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+pipelines:
+  - {name: copy, source: a, target: a, dbs: {0: 1, 2: 3}}
+  - {name: back, source: a, target: a, dbs: {1: 0}}
+)",
+                    "t.yaml:5:46: error: the dbs maps of \"copy\" (db 0 -> db 1) and \"back\" "
+                    "(db 1 -> db 0) replicate within 127.0.0.1:7001 in a cycle: every write "
+                    "would come back to the db it came from and be replicated again, without "
+                    "end; change the dbs maps so that no db is copied back into one it came "
+                    "from"}),
     [](const testing::TestParamInfo<InvalidCase>& info) { return info.param.name; });
+
+// Pipelines that share clusters without a way back are not cycles.
+TEST(config, PipelinesWithoutACycleAreAccepted) {
+  const std::string clusters = R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+  c: {address: "127.0.0.1:7003"}
+  d: {address: "127.0.0.1:7004"}
+)";
+  LoadResult diamond = loadConfigString(clusters + R"(pipelines:
+  - {name: a-to-b, source: a, target: b}
+  - {name: a-to-c, source: a, target: c}
+  - {name: b-to-d, source: b, target: d}
+  - {name: c-to-d, source: c, target: d}
+)",
+                                        kFile);
+  EXPECT_TRUE(diamond.ok()) << testing::PrintToString(errorsOf(diamond));
+  LoadResult fan_out = loadConfigString(clusters + R"(pipelines:
+  - {name: a-to-b, source: a, target: b}
+  - {name: a-to-c, source: a, target: c}
+)",
+                                        kFile);
+  EXPECT_TRUE(fan_out.ok()) << testing::PrintToString(errorsOf(fan_out));
+  // Within one server, dbs chained forward (0 -> 1 -> 2) never come back.
+  LoadResult chain = loadConfigString(clusters + R"(pipelines:
+  - {name: first, source: a, target: a, dbs: {0: 1}}
+  - {name: second, source: a, target: a, dbs: {1: 2}}
+)",
+                                      kFile);
+  EXPECT_TRUE(chain.ok()) << testing::PrintToString(errorsOf(chain));
+}
+
+// Two separate cycles, two messages; a pipeline on both is named in both.
+TEST(config, EveryCycleIsReported) {
+  LoadResult result = loadConfigString(R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b: {address: "127.0.0.1:7002"}
+  c: {address: "127.0.0.1:7003"}
+pipelines:
+  - {name: ab, source: a, target: b}
+  - {name: ba, source: b, target: a}
+  - {name: bc, source: b, target: c}
+  - {name: cb, source: c, target: b}
+)",
+                                       kFile);
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(errorsOf(result),
+              ElementsAre(HasSubstr("t.yaml:7:24: error: pipelines \"ab\" (a -> b) and \"ba\" "
+                                    "(b -> a) form a replication cycle"),
+                          HasSubstr("t.yaml:9:24: error: pipelines \"bc\" (b -> c) and \"cb\" "
+                                    "(c -> b) form a replication cycle")));
+}
 
 // ---- Several errors, warnings, redaction --------------------------------------------------
 
