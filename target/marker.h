@@ -26,7 +26,17 @@ inline std::string appliedStampKey(std::string_view pipeline) {
 }
 inline bool isMarkerKey(std::string_view key) { return key.substr(0, kMarkerPrefix.size()) == kMarkerPrefix; }
 
-/** A fresh random token (16 hex digits). */
+/**
+ * A fresh token: "<this process's start, epoch ms, hex>.<16 random hex digits>". The start time
+ * tells which of two agents writing one pipeline's marker came later (markerWriterIsNewer).
+ */
 std::string newMarkerToken();
+
+/**
+ * Of two agents writing the same pipeline's marker, true when the one that wrote `theirs`
+ * started after the one that wrote `ours` (so `ours` keeps replicating and `theirs` must stop).
+ * Tokens of earlier versions (no start time) count as oldest.
+ */
+bool markerWriterIsNewer(std::string_view theirs, std::string_view ours);
 
 }  // namespace xdcr::target

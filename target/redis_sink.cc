@@ -107,11 +107,25 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
   // which would apply every non-idempotent write twice.
   target_.expectReply(
       target_.committedCommands(), last_marker_,
-      fmt::format("pipeline {}: another writer replaced this pipeline's marker {} on target {} "
-                  "since this agent last wrote it: two agents (or two pipelines of this name) "
-                  "replicate into the same target; this pipeline stops — stop the other writer, "
-                  "then restart this agent",
-                  pipeline_.name, marker_key_, target_cluster_.name));
+      [this, ours = std::string(token)](const std::optional<std::string>& found) -> Status {
+        const std::string what = fmt::format(
+            "pipeline {}: another writer replaced this pipeline's marker {} on target {} since "
+            "this agent last wrote it (found {}): two agents (or two pipelines of this name) "
+            "replicate into the same target",
+            pipeline_.name, marker_key_, target_cluster_.name,
+            found ? "\"" + *found + "\"" : "nothing");
+        if (found && markerWriterIsNewer(*found, ours)) {
+          // The other agent started later: it gives way (it sees this agent's token as older).
+          uint64_t suppressed = 0;
+          if (conflict_log_.allow(suppressed)) {
+            spdlog::error("{}; the one that started later stops, this one goes on", what);
+          }
+          return Status{};
+        }
+        return fail(Error::conflict(what + "; this agent started later, so this pipeline stops "
+                                           "— stop the other writer first, then restart this "
+                                           "agent"));
+      });
   last_marker_ = std::string(token);
 }
 

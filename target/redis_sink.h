@@ -76,6 +76,7 @@ class RedisSink final : public Sink {
   bool record_keys_ = false;
   SnapshotKeys snapshot_keys_;
   LogRateLimiter fail_log_;
+  LogRateLimiter conflict_log_;
 };
 
 }  // namespace xdcr::target

@@ -120,9 +120,10 @@ net::awaitable<Status> RedisTarget::runReader() {
         expects_.pop_front();
         const bool null = info.type == resp::ReplyType::Null;
         if (null != !e.value.has_value() || (!null && info.text != *e.value)) {
-          co_return fail(Error::conflict(fmt::format(
-              "{}: found {}, expected {}", e.what, null ? "nothing" : "\"" + info.text + "\"",
-              e.value ? "\"" + *e.value + "\"" : "nothing")));
+          if (auto s = e.on_mismatch(null ? std::nullopt : std::optional<std::string>(info.text));
+              !s) {
+            co_return s;
+          }
         }
       }
       ++replied_seq_;
@@ -160,8 +161,9 @@ Status RedisTarget::onReplyError(const std::string& text) {
   return Status{};
 }
 
-void RedisTarget::expectReply(uint64_t seq, std::optional<std::string> value, std::string what) {
-  expects_.push_back({seq, std::move(value), std::move(what)});
+void RedisTarget::expectReply(uint64_t seq, std::optional<std::string> value,
+                              MismatchFn on_mismatch) {
+  expects_.push_back({seq, std::move(value), std::move(on_mismatch)});
 }
 
 double RedisTarget::stalledSeconds() const {

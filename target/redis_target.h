@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,11 +73,13 @@ class RedisTarget {
   /** Seconds since the last reply while commands were in flight (0 when idle). */
   double stalledSeconds() const;
   /**
-   * The reply to command number `seq` (committedCommands() just after it was committed) must
-   * be the bulk string `value` (nullopt: a null reply); otherwise the session fails with a
-   * Conflict error: "<what>: found <reply>, expected <value>". For `SET marker token GET`.
+   * The reply to command number `seq` (committedCommands() just after it was committed) should
+   * be the bulk string `value` (nullopt: a null reply). When it is not, `on_mismatch` is called
+   * with what came (nullopt: null); an error it returns ends the session. For `SET marker token
+   * GET`.
    */
-  void expectReply(uint64_t seq, std::optional<std::string> value, std::string what);
+  using MismatchFn = std::function<Status(const std::optional<std::string>& found)>;
+  void expectReply(uint64_t seq, std::optional<std::string> value, MismatchFn on_mismatch);
 
   void close() {
     closing_ = true;
@@ -103,7 +106,7 @@ class RedisTarget {
   struct Expect {
     uint64_t seq;
     std::optional<std::string> value;
-    std::string what;
+    MismatchFn on_mismatch;
   };
   std::deque<Expect> expects_;
   uint64_t acked_offset_ = 0;
