@@ -300,5 +300,24 @@ TEST(AgentProcessTest, SanitizerReportFindsAsanAndUbsanReports) {
   writeFileText(agent.logPath(), "[info] streaming\n");  // the destructor must not fail this test
 }
 
+// A SIGSTOPped server keeps its connections but answers nothing (a hung host, not a dead one);
+// the guard's SIGCONT brings it back with nothing lost.
+TEST(StoppedProcessTest, StoppedServerAnswersNothingUntilResumed) {
+  RedisServer server;
+  RespClient client = server.client(300ms);
+  ASSERT_EQ(client.command({"SET", "k", "v"}), RespValue::simpleString("OK"));
+  {
+    StoppedProcess stopped(server.pid());
+    RespClient during = server.client(300ms);  // the kernel still accepts the connection
+    EXPECT_THROW(during.command({"PING"}), RespIoError);
+  }
+  EXPECT_EQ(server.client().command({"GET", "k"}), RespValue::bulk("v"));
+  StoppedProcess twice(server.pid());
+  twice.resume();
+  EXPECT_FALSE(twice.stopped());
+  EXPECT_EQ(server.client().command({"PING"}), RespValue::simpleString("PONG"));
+  EXPECT_THROW(StoppedProcess(-1), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace xdcr::test
