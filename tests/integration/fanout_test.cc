@@ -531,17 +531,19 @@ class FanoutTest : public ::testing::Test {
     }
     flush();
 
-    // Snapshot keys: every 10th deleted, every 10th with a deadline made persistent, every 10th
-    // small hash written in place (under its deadline, or none).
+    // Snapshot keys, in every family (key j is in family j % 4): every 10th deleted, every 10th
+    // with a deadline made persistent, every 10th small hash written in place (under its
+    // deadline, or none).
     std::vector<const DatasetKey*> doomed;
     for (size_t j = 0; j < snapshot.keys.size(); ++j) {
       const DatasetKey& k = snapshot.keys[j];
-      if (j % 10 == 3) {
+      const size_t pick = (j / 4) % 10;
+      if (pick == 3) {
         doomed.push_back(&k);
-      } else if (j % 10 == 5 && k.deadline_ms != 0) {
+      } else if (pick == 5 && k.deadline_ms != 0) {
         batch.push_back({"PERSIST", k.key});
         touched.push_back(model_.indexOf(k.key));
-      } else if (j % 10 == 7 && k.kind == ValueKind::HashSmall) {
+      } else if (pick == 7 && k.kind == ValueKind::HashSmall) {
         batch.push_back({"HSET", k.key, "in-place", std::to_string(j)});
         touched.push_back(model_.indexOf(k.key));
       }
