@@ -661,6 +661,7 @@ TEST_F(FanoutTest, TwoPipelinesShareOneLinkAndAStalledTargetHoldsNoOneBack) {
   // 3. Both targets, key by key.
   ASSERT_NO_FATAL_FAILURE(expectConverged(both, "both targets after the snapshot and the stream"));
 
+  // So that west1's rejoin after the stall replays nothing written before it.
   ASSERT_NO_FATAL_FAILURE(waitBothCheckpointed());
 
   // 4. west1 stops answering for kStall under a steady load; west2 must not be held back.
