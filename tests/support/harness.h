@@ -7,6 +7,7 @@
 #include "tests/support/chrony_server.h"  // IWYU pragma: export
 #include "tests/support/dataset.h"        // IWYU pragma: export
 #include "tests/support/faketime.h"       // IWYU pragma: export
+#include "tests/support/key_check.h"      // IWYU pragma: export
 #include "tests/support/log_watcher.h"    // IWYU pragma: export
 #include "tests/support/net.h"            // IWYU pragma: export
 #include "tests/support/redis_server.h"   // IWYU pragma: export

@@ -300,5 +300,57 @@ TEST(AgentProcessTest, SanitizerReportFindsAsanAndUbsanReports) {
   writeFileText(agent.logPath(), "[info] streaming\n");  // the destructor must not fail this test
 }
 
+// A SIGSTOPped server keeps its connections but answers nothing (a hung host, not a dead one);
+// the guard's SIGCONT brings it back with nothing lost.
+TEST(StoppedProcessTest, StoppedServerAnswersNothingUntilResumed) {
+  RedisServer server;
+  RespClient client = server.client(300ms);
+  ASSERT_EQ(client.command({"SET", "k", "v"}), RespValue::simpleString("OK"));
+  {
+    StoppedProcess stopped(server.pid());
+    RespClient during = server.client(300ms);  // the kernel still accepts the connection
+    EXPECT_THROW(during.command({"PING"}), RespIoError);
+  }
+  EXPECT_EQ(server.client().command({"GET", "k"}), RespValue::bulk("v"));
+  StoppedProcess twice(server.pid());
+  twice.resume();
+  EXPECT_FALSE(twice.stopped());
+  EXPECT_EQ(server.client().command({"PING"}), RespValue::simpleString("PONG"));
+  EXPECT_THROW(StoppedProcess(-1), std::runtime_error);
+}
+
+// checkKeys() finds each kind of difference: missing, unexpected, contents, deadline outside the
+// clamp's window; and accepts a key within it.
+TEST(KeyCheckTest, FindsEveryKindOfDifference) {
+  const std::vector<DatasetKey> keys = {{0, "ok", ValueKind::StringEmbstr, 0, false},
+                                        {0, "gone", ValueKind::StringEmbstr, 0, false},
+                                        {0, "extra", ValueKind::StringEmbstr, 0, false},
+                                        {0, "other", ValueKind::StringEmbstr, 0, false},
+                                        {0, "late", ValueKind::StringEmbstr, 0, false},
+                                        {0, "kept", ValueKind::StringEmbstr, 0, false}};
+  std::vector<const DatasetKey*> refs;
+  for (const auto& k : keys) refs.push_back(&k);
+  const KeyState v{"string", 5000, "v"};
+  const int64_t m = 60000;
+  // E = 0 under M = 60 s written at now in [1000, 2000]: a deadline in [61000, 62000] +- 100.
+  const std::vector<ExpectedKey> expected = {
+      replicatedKey(v, 0, m, 1000, 2000, 100), replicatedKey(v, 0, m, 1000, 2000, 100),
+      absentKey("filtered"),                   replicatedKey(v, 0, m, 1000, 2000, 100),
+      replicatedKey(v, 0, m, 1000, 2000, 100), replicatedKey(v, 0, 0, 1000, 2000, 100)};
+  const std::vector<KeyState> actual = {{"string", 61900, "v"},   {"none", -2, ""},
+                                        {"string", -1, "v"},      {"string", 61500, "w"},
+                                        {"string", 62101, "v"},   {"string", 3, "v"}};
+  const KeyCheckReport r = checkKeys(refs, expected, actual, 0);
+  EXPECT_EQ(r.checked, 6);
+  EXPECT_EQ(r.missing, 1);
+  EXPECT_EQ(r.unexpected, 1);
+  EXPECT_EQ(r.contents, 1);
+  EXPECT_EQ(r.deadlines, 2) << r.summary();  // "late", and "kept" (M = 0, E = 0: none)
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(r.details.size(), 5u) << r.summary();
+  EXPECT_NE(r.details[0].find("gone: missing"), std::string::npos) << r.details[0];
+  EXPECT_TRUE(checkKeys({refs[0]}, {expected[0]}, {actual[0]}, 0).ok());
+}
+
 }  // namespace
 }  // namespace xdcr::test

@@ -79,4 +79,27 @@ class Subprocess {
   std::optional<ExitStatus> status_;
 };
 
+/**
+ * SIGSTOPs a process (by PID) for the life of this object: a server that stops answering without
+ * closing its connections, as a hung or partitioned host does. The destructor (or resume()) sends
+ * SIGCONT, so a test that fails while the process is stopped leaves no stopped process behind (a
+ * stopped process would not act on the SIGTERM its owner sends before the SIGKILL).
+ */
+class StoppedProcess {
+ public:
+  /** Throws std::runtime_error when the process cannot be stopped. */
+  explicit StoppedProcess(pid_t pid);
+  ~StoppedProcess();
+  StoppedProcess(const StoppedProcess&) = delete;
+  StoppedProcess& operator=(const StoppedProcess&) = delete;
+
+  /** SIGCONT now; the destructor then does nothing. */
+  void resume();
+  bool stopped() const { return stopped_; }
+
+ private:
+  pid_t pid_;
+  bool stopped_ = false;
+};
+
 }  // namespace xdcr::test

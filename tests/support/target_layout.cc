@@ -30,17 +30,12 @@ int64_t specClamp(int64_t e, int64_t m, int64_t now) {
   return e;
 }
 
-std::string pipelineConfigYaml(const std::string& state_dir, uint16_t source_port,
-                               uint16_t target_port, const std::vector<BucketSpec>& buckets) {
+std::string clusterYaml(const std::string& name, uint16_t port,
+                        const std::vector<BucketSpec>& buckets) {
   std::ostringstream yaml;
-  yaml << "agent:\n"
-       << "  state_dir: \"" << state_dir << "\"\n"
-       << "  log_level: info\n"
-       << "clusters:\n"
-       << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n"
-       << "  dst:\n"
+  yaml << "  " << name << ":\n"
        << "    type: redis\n"
-       << "    address: \"127.0.0.1:" << target_port << "\"\n";
+       << "    address: \"127.0.0.1:" << port << "\"\n";
   if (!buckets.empty()) yaml << "    buckets:\n";
   for (const auto& bucket : buckets) {
     yaml << "      - db: " << bucket.db << "\n"
@@ -51,8 +46,22 @@ std::string pipelineConfigYaml(const std::string& state_dir, uint16_t source_por
            << "\", max_ttl: " << yamlDuration(c.max_ttl_s) << "}\n";
     }
   }
-  yaml << "pipelines:\n"
-       << "  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n";
+  return yaml.str();
+}
+
+std::string pipelineConfigYaml(const std::string& state_dir, uint16_t source_port,
+                               uint16_t target_port, const std::vector<BucketSpec>& buckets,
+                               const std::string& pipeline_options) {
+  std::ostringstream yaml;
+  yaml << "agent:\n"
+       << "  state_dir: \"" << state_dir << "\"\n"
+       << "  log_level: info\n"
+       << "clusters:\n"
+       << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n"
+       << clusterYaml("dst", target_port, buckets)
+       << "pipelines:\n"
+       << "  - {name: p, source: src, target: dst, checkpoint_interval: 1s"
+       << (pipeline_options.empty() ? "" : ", " + pipeline_options) << "}\n";
   return yaml.str();
 }
 

@@ -36,10 +36,19 @@ MaxTtlOf maxTtlOf(const std::vector<BucketSpec>& buckets, int db, const std::str
 int64_t specClamp(int64_t e, int64_t m, int64_t now);
 
 /**
+ * The `clusters:` entry of a redis cluster `name` on 127.0.0.1:`port` with `buckets` (its maxTTL
+ * layout when it is a target), indented for the `clusters:` mapping; ends with a newline.
+ */
+std::string clusterYaml(const std::string& name, uint16_t port,
+                        const std::vector<BucketSpec>& buckets = {});
+
+/**
  * An agent config: cluster `src` (source) -> `dst` (target, with `buckets`), one pipeline `p`
- * with a 1 s checkpoint interval, state under `state_dir`.
+ * with a 1 s checkpoint interval, state under `state_dir`. `pipeline_options` is added to the
+ * pipeline's flow mapping as it is, e.g. "filters: {strip_ttl: true}".
  */
 std::string pipelineConfigYaml(const std::string& state_dir, uint16_t source_port,
-                               uint16_t target_port, const std::vector<BucketSpec>& buckets);
+                               uint16_t target_port, const std::vector<BucketSpec>& buckets,
+                               const std::string& pipeline_options = "");
 
 }  // namespace xdcr::test
