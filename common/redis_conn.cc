@@ -61,7 +61,7 @@ struct RedisConnection::Tls {
 };
 
 RedisConnection::RedisConnection(net::any_io_executor ex, std::string label)
-    : socket_(std::move(ex)), label_(std::move(label)) {}
+    : socket_(ex), label_(std::move(label)) {}
 
 RedisConnection::~RedisConnection() = default;
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "config/config.h"
 #include "config/internal.h"
 
@@ -79,11 +81,10 @@ void checkSelfReplication(const ParsedConfig& parsed, const PipelineConfig& pipe
     }
     auto it = marks.dbs.find(from);
     Mark mark = it != marks.dbs.end() ? it->second : marks.target;
-    diags.error(mark, who + " replicates db " + std::to_string(from) + " of " + address +
-                          " onto itself (source " + quote(source->name) + " and target " +
-                          quote(target->name) +
-                          " have the same address); map it to a different db or use another "
-                          "target");
+    diags.error(mark, fmt::format("{} replicates db {} of {} onto itself (source {} and target {} "
+                                  "have the same address); map it to a different db or use "
+                                  "another target",
+                                  who, from, address, quote(source->name), quote(target->name)));
   }
 }
 

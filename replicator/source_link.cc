@@ -114,7 +114,20 @@ void SourceLink::retire(Member& m, const Error& why) {
   p->setLastError(why.message);
   p->setState(PipelineState::Stopped);
   std::erase(pipelines_, p);
-  net::post(ex_, [fn = on_stopped_, p] { fn(p); });
+  releaseStopped(m);
+}
+
+void SourceLink::releaseStopped(Member& m) {
+  // The sink refers to the pipeline's config, clocks and counters: it must be gone before the
+  // pipeline is (on_stopped_ deletes it). A sink still running is released when its run ends.
+  if (m.running) {
+    m.release_when_done = true;
+    return;
+  }
+  net::post(ex_, [fn = on_stopped_, p = m.p, sink = std::move(m.sink)]() mutable {
+    sink.reset();
+    fn(p);
+  });
 }
 
 net::awaitable<void> SourceLink::run() {
@@ -141,6 +154,7 @@ net::awaitable<void> SourceLink::run() {
     co_await stop_wake_.waitFor(wait);
   }
   // Everyone still here stops with the link (a graceful stop, or a pipeline that cannot run).
+  members_.clear();  // the last session's sinks (all joined) go before their pipelines
   std::vector<Pipeline*> left;
   left.swap(pipelines_);
   for (Pipeline* p : left) {
@@ -237,6 +251,10 @@ net::awaitable<Status> SourceLink::session() {
     m.running = true;
     net::co_spawn(ex_, m.sink->run(), [this, &m](std::exception_ptr e, Status s) {
       m.running = false;
+      if (m.release_when_done) {
+        releaseStopped(m);
+        return;
+      }
       if (e) s = fail(Error::io("unexpected failure in the target writer"));
       if (!m.gone && !s) m.failed = s.error();
       if (!m.gone && s && !stopping_) m.failed = Error::io("target connection closed");
@@ -250,7 +268,8 @@ net::awaitable<Status> SourceLink::session() {
     ~JoinSinks() {
       for (auto& m : link.members_) {
         if (m.sink) m.sink->close();
-        m.p->setLiveSink(nullptr);
+        // (a member that left belongs to another link now, or is gone)
+        if (!m.gone) m.p->setLiveSink(nullptr);
       }
     }
   } join{*this};
@@ -599,7 +618,7 @@ net::awaitable<Status> SourceLink::leave(Member& m, const source::Source& source
   p->setState(PipelineState::Stopped);
   std::erase(pipelines_, p);
   spdlog::info("pipeline {}: stopped at offset {}", p->name(), p->appliedOffset());
-  net::post(ex_, [fn = on_stopped_, p] { fn(p); });
+  releaseStopped(m);
   co_return Status{};
 }
 

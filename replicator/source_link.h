@@ -77,6 +77,7 @@ class SourceLink final : private source::SnapshotConsumer {
     Pipeline* p = nullptr;
     std::unique_ptr<target::Sink> sink;
     bool running = false;  // sink->run() has not returned yet
+    bool release_when_done = false;  // stopped: hand the pipeline back once run() returns
     bool gone = false;     // detached or left during this session
     std::optional<Error> failed;  // sink->run() returned this
     uint64_t skip_until = 0;      // units ending at or before this are not written again
@@ -98,6 +99,8 @@ class SourceLink final : private source::SnapshotConsumer {
   size_t live() const;
   /** Detaches `m` from this link (it runs on a link of its own). */
   void detach(Member& m, const std::string& why);
+  /** Hands a stopped member's pipeline back (on_stopped_) once its sink is gone. */
+  void releaseStopped(Member& m);
   /** Stops `m`'s pipeline for good (another writer owns its marker). */
   void retire(Member& m, const Error& why);
   /** A member whose pipeline was stopped: drain, checkpoint, leave. */

@@ -23,7 +23,7 @@ PACKAGES=(
   redis-server redis-tools
 )
 if [ "${1:-}" = "--test" ]; then
-  PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14)
+  PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14 clang-format clang-tidy)
 fi
 
 missing=()

@@ -144,6 +144,7 @@ void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t 
   switch (spec.layout) {
     case KeyLayout::Range: {
       int last = spec.last_key < 0 ? n + spec.last_key : spec.last_key;
+      // NOLINTNEXTLINE(bugprone-signed-char-misuse): key positions are small signed numbers
       for (int i = spec.first_key; i <= last && i < n; i += spec.key_step) push(i);
       return;
     }

@@ -23,7 +23,7 @@ RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipe
       target_cluster_(target_cluster),
       limits_(limits),
       stats_(stats),
-      filter_(pipeline, keys, stats),
+      filter_(pipeline, std::move(keys), stats),
       applier_(policy, filter_.keySpace(), target_clock, stats),
       target_(ex, target_cluster, label_, stats, clock),
       marker_key_(markerKey(pipeline.name)),
