@@ -96,8 +96,9 @@ int printStatus(const std::string& admin, bool as_json) {
 
 }  // namespace
 
-// NOLINTNEXTLINE(bugprone-exception-escape): only CLI11's option setup can throw here, on a
-// programming error; parsing and every command catch their own.
+// Only CLI11's option setup can throw out of main, on a programming error; parsing and every
+// command catch their own.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 int main(int argc, char** argv) {
   // A fixed mmap threshold. glibc raises it (up to 32 MiB) whenever a large mmapped block is
   // freed, e.g. the image string of a checkpoint compaction; from then on the 16 MiB command
