@@ -1,0 +1,42 @@
+#include "replicator/status.h"
+
+#include "common/version.h"
+#include "replicator/clock_report.h"
+
+namespace xdcr::replicator {
+
+nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipelines, bool draining,
+                          const clock::ClockReport* clock_report, const config::Config& cfg) {
+  nlohmann::json j;
+  j["version"] = version();
+  j["revision"] = gitRevision();
+  j["draining"] = draining;
+  auto& arr = j["pipelines"] = nlohmann::json::array();
+  for (const auto& p : pipelines) {
+    nlohmann::json pj;
+    pj["name"] = p->name();
+    pj["state"] = stateName(p->state());
+    pj["paused_reason"] = p->pausedReason();
+    pj["paused_detail"] = p->pausedDetail();
+    pj["paused"] = p->paused();
+    pj["source_offset"] = p->sourceOffset();
+    pj["applied_offset"] = p->appliedOffset();
+    pj["lag_seconds"] = p->lagSeconds();
+    pj["backlog_bytes"] = p->backlogBytes();
+    pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
+                             {"written_at_ms", p->lastCheckpointMs()}};
+    const auto& fs = p->snapshotProgress();
+    pj["full_sync"] = {{"active", fs.active},          {"keys_done", fs.keys_done},
+                       {"keys_total", fs.keys_total},  {"bytes_done", fs.bytes_done},
+                       {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
+                       {"expired", fs.expired},        {"failed", fs.failed},
+                       {"seconds", fs.seconds}};
+    pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
+    pj["last_error"] = p->lastError();
+    arr.push_back(pj);
+  }
+  j["clock"] = clockReportJson(clock_report, cfg.clock);
+  return j;
+}
+
+}  // namespace xdcr::replicator
