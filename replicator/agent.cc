@@ -74,21 +74,7 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
     }
     if (req.path == "/metrics") {
       std::vector<PipelineMetrics> pm;
-      for (const auto& p : pipelines) {
-        PipelineMetrics m;
-        m.name = p->name();
-        m.stats = &p->stats();
-        m.lag_seconds = p->lagSeconds();
-        m.backlog_bytes = static_cast<double>(p->backlogBytes());
-        m.expiry_index_entries = static_cast<double>(p->expiryIndex().size());
-        m.expiry_index_bytes = static_cast<double>(p->expiryIndex().memoryBytes());
-        m.checkpoint_journal_bytes = static_cast<double>(p->checkpointJournalBytes());
-        m.paused = p->paused();
-        m.paused_reason = p->pausedReason();
-        m.skew = &p->skew();
-        m.compensation_seconds = double(p->compensationMs()) / 1e3;
-        pm.push_back(std::move(m));
-      }
+      for (const auto& p : pipelines) pm.push_back(metricsOf(*p));
       return AdminReply{200, "text/plain; version=0.0.4; charset=utf-8",
                         renderMetrics(pm, clock_report), {}};
     }

@@ -1,9 +1,51 @@
 #include "replicator/status.h"
 
+#include <string>
+#include <variant>
+
 #include "common/version.h"
 #include "replicator/clock_report.h"
 
 namespace xdcr::replicator {
+
+PipelineMetrics metricsOf(const Pipeline& p) {
+  PipelineMetrics m;
+  m.name = p.name();
+  m.stats = &p.stats();
+  m.lag_seconds = p.lagSeconds();
+  m.backlog_bytes = p.backlogBytes();
+  m.expiry_index_entries = p.expiryIndex().size();
+  m.expiry_index_bytes = p.expiryIndex().memoryBytes();
+  m.checkpoint_journal_bytes = p.checkpointJournalBytes();
+  m.paused = p.paused();
+  m.paused_reason = p.pausedReason();
+  m.skew = &p.skew();
+  m.compensation_seconds = double(p.compensationMs()) / 1e3;
+  return m;
+}
+
+nlohmann::json statusFigures(const PipelineMetrics& m) {
+  nlohmann::json j = nlohmann::json::object();
+  std::vector<MetricSample> samples;
+  for (const MetricRow& row : pipelineMetricRows()) {
+    if (row.status.empty()) continue;
+    samples.clear();
+    row.samples(m, samples);
+    for (const MetricSample& s : samples) {
+      auto& field = j[std::string(row.status)];
+      std::visit(
+          [&](auto v) {
+            if (s.label.empty()) {
+              field = v;
+            } else {
+              field[std::string(s.label_value)] = v;
+            }
+          },
+          s.value);
+    }
+  }
+  return j;
+}
 
 nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipelines, bool draining,
                           const clock::ClockReport* clock_report, const config::Config& cfg) {
@@ -21,8 +63,7 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
     pj["paused"] = p->paused();
     pj["source_offset"] = p->sourceOffset();
     pj["applied_offset"] = p->appliedOffset();
-    pj["lag_seconds"] = p->lagSeconds();
-    pj["backlog_bytes"] = p->backlogBytes();
+    pj.update(statusFigures(metricsOf(*p)));  // lag_seconds, backlog_bytes
     pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
                              {"written_at_ms", p->lastCheckpointMs()}};
     const auto& fs = p->snapshotProgress();
