@@ -89,6 +89,8 @@ constexpr size_t idx(E e) {
           "Commands not replicated because their keys fall on both sides of the filters.")         \
   COUNTER(reconnects, "xdcr_reconnects_total", "",                                                 \
           "Sessions that ended in an error and were restarted.")                                   \
+  COUNTER(link_detachments, "xdcr_link_detachments_total", "link_detachments",                     \
+          "Times the pipeline was detached from a shared replication link onto one of its own.")   \
   COUNTER_PART(snapshot_keys_restored, "result", "restored", "xdcr_snapshot_keys_total", "",       \
                "Full-sync keys, by result.")                                                       \
   COUNTER_PART(snapshot_keys_expired, "result", "expired", "xdcr_snapshot_keys_total", "",         \

@@ -63,7 +63,11 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
     pj["paused"] = p->paused();
     pj["source_offset"] = p->sourceOffset();
     pj["applied_offset"] = p->appliedOffset();
-    pj.update(statusFigures(metricsOf(*p)));  // lag_seconds, backlog_bytes
+    pj.update(statusFigures(metricsOf(*p)));  // lag_seconds, backlog_bytes, link_detachments
+    const std::vector<std::string> members = p->linkMembers();
+    pj["link"] = {{"source", p->sourceCluster().name},
+                  {"shared", members.size() > 1},
+                  {"pipelines", members}};
     pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
                              {"written_at_ms", p->lastCheckpointMs()}};
     const auto& fs = p->snapshotProgress();

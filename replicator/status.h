@@ -4,8 +4,9 @@
 // one list XDCR_PIPELINE_METRICS (common/stats.h).
 
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "clock/skew.h"
 #include "config/config.h"
