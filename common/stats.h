@@ -1,7 +1,8 @@
 #pragma once
-// Per-pipeline counters and gauges (interface.md §4). Plain integers: a pipeline and its
-// counters live on one thread (the agent's io_context); the admin server reads them on the same
-// thread. Labels are fixed enums so that incrementing is an array index, not a map lookup.
+// Per-pipeline counters and gauges (interface.md §4), declared once: XDCR_PIPELINE_METRICS below
+// is the only list of them. Plain integers: a pipeline and its counters live on one thread (the
+// agent's io_context); the admin server reads them on the same thread. Labels are fixed enums so
+// that incrementing is an array index, not a map lookup.
 
 #include <array>
 #include <cstdint>
@@ -30,27 +31,111 @@ constexpr size_t idx(E e) {
   return static_cast<size_t>(e);
 }
 
+/**
+ * Every figure exported per pipeline, in the order of /metrics. From this list come the
+ * PipelineStats fields (below), the Prometheus families with their HELP and TYPE
+ * (replicator/metrics.cc) and the per-pipeline /status fields that are counters or gauges
+ * (replicator/status.cc). A new counter is one COUNTER line here plus the code that increments
+ * it. The names are an interface (interface.md §4, §6.2): never rename a metric, label or status
+ * field. Every row has a `pipeline` label; counters end in `_total`. A row's `status` is its
+ * field in the pipeline's /status object ("" = not shown there); a labelled row shows as an
+ * object {label value: value}.
+ *
+ *   COUNTER(field, metric, status, help)
+ *       uint64_t PipelineStats::field; the sample {pipeline}.
+ *   COUNTER_BY(field, Enum, label, names, metric, status, help)
+ *       std::array<uint64_t, Enum::kCount> PipelineStats::field, incremented by count(Enum);
+ *       a sample {pipeline, label="names[i]"} for every value of Enum.
+ *   COUNTER_BY_KEY(field, label, metric, status, help)
+ *       std::map<std::string, uint64_t> PipelineStats::field; a sample {pipeline, label="key"}
+ *       for every key counted so far.
+ *   COUNTER_PART(field, label, value, metric, status, help)
+ *       uint64_t PipelineStats::field, the sample {pipeline, label="value"} of a family spread
+ *       over several fields: its rows are consecutive and repeat metric, status and help.
+ *   GAUGE(member, metric, status, help)
+ *       Not a PipelineStats field: replicator::PipelineMetrics::member (a field, or a const
+ *       member function for a derived value), what the pipeline shows when it is rendered. A
+ *       member of type std::optional has no sample while it is empty.
+ *   GAUGE_BY(member, label, label_member, metric, status, help)
+ *       The same with the label `label` whose value is PipelineMetrics::label_member.
+ */
+#define XDCR_PIPELINE_METRICS(COUNTER, COUNTER_BY, COUNTER_BY_KEY, COUNTER_PART, GAUGE, GAUGE_BY)  \
+  COUNTER_BY(source_events, EventKind, "kind", kEventKindNames, "xdcr_source_events_total", "",    \
+             "Events read from the source, by kind.")                                              \
+  COUNTER_BY(target_writes, WriteOp, "op", kWriteOpNames, "xdcr_target_writes_total", "",          \
+             "Commands written to the target, by operation.")                                      \
+  COUNTER_BY(filtered, FilterReason, "reason", kFilterReasonNames, "xdcr_filtered_total", "",      \
+             "Events not replicated, by reason.")                                                  \
+  COUNTER(expiry_stripped, "xdcr_expiry_stripped_total", "", "Deadlines removed by strip_ttl.")    \
+  COUNTER(expiry_clamped, "xdcr_expiry_clamped_total", "",                                         \
+          "Deadlines shortened or added by the target's maxTTL.")                                  \
+  COUNTER(expired_on_arrival, "xdcr_expired_on_arrival_total", "",                                 \
+          "Documents whose deadline had passed when they reached the target (never written).")     \
+  COUNTER(full_syncs, "xdcr_full_syncs_total", "", "Full resyncs (snapshot transfers).")           \
+  COUNTER(partial_syncs, "xdcr_partial_syncs_total", "",                                           \
+          "Partial resyncs (resumes from a checkpoint).")                                          \
+  COUNTER(target_loss_resyncs, "xdcr_target_loss_resyncs_total", "",                               \
+          "Full resyncs started because the target had lost data a checkpoint counted as "         \
+          "written.")                                                                              \
+  COUNTER(stale_keys_deleted, "xdcr_stale_keys_deleted_total", "",                                 \
+          "Target keys deleted after a full sync because the snapshot lacked them "                \
+          "(full_sync.delete_stale_keys).")                                                        \
+  COUNTER(checkpoints, "xdcr_checkpoints_total", "", "Checkpoints written.")                       \
+  COUNTER(checkpoint_failures, "xdcr_checkpoint_failures_total", "",                               \
+          "Checkpoints that could not be written.")                                                \
+  COUNTER(unknown_commands, "xdcr_unknown_commands_total", "",                                     \
+          "Commands forwarded without being understood.")                                          \
+  COUNTER(filter_splits, "xdcr_filter_splits_total", "",                                           \
+          "Commands not replicated because their keys fall on both sides of the filters.")         \
+  COUNTER(reconnects, "xdcr_reconnects_total", "",                                                 \
+          "Sessions that ended in an error and were restarted.")                                   \
+  COUNTER(link_detachments, "xdcr_link_detachments_total", "link_detachments",                     \
+          "Times the pipeline was detached from a shared replication link onto one of its own.")   \
+  COUNTER_PART(snapshot_keys_restored, "result", "restored", "xdcr_snapshot_keys_total", "",       \
+               "Full-sync keys, by result.")                                                       \
+  COUNTER_PART(snapshot_keys_expired, "result", "expired", "xdcr_snapshot_keys_total", "",         \
+               "Full-sync keys, by result.")                                                       \
+  COUNTER_PART(snapshot_keys_failed, "result", "failed", "xdcr_snapshot_keys_total", "",           \
+               "Full-sync keys, by result.")                                                       \
+  /* kind: the first word of the error reply */                                                    \
+  COUNTER_BY_KEY(target_errors_by_kind, "kind", "xdcr_target_errors_total", "",                    \
+                 "Error replies from the target, by kind.")                                        \
+  GAUGE(lag_seconds, "xdcr_replication_lag_seconds", "lag_seconds", "Replication lag.")            \
+  GAUGE(backlog_bytes, "xdcr_backlog_bytes", "backlog_bytes",                                      \
+        "Source offset minus applied offset.")                                                     \
+  GAUGE(expiry_index_entries, "xdcr_expiry_index_entries", "",                                     \
+        "Source deadlines and tombstones the expiry index holds.")                                 \
+  GAUGE(expiry_index_bytes, "xdcr_expiry_index_bytes", "", "Memory of the expiry index's tables.") \
+  GAUGE(checkpoint_journal_bytes, "xdcr_checkpoint_journal_bytes", "",                             \
+        "Checkpoint journal length since the last whole image (compacted past 64 MiB).")           \
+  GAUGE(clockSkewSeconds, "xdcr_clock_skew_seconds", "",                                           \
+        "Target cluster's clock minus source cluster's clock (Redis TIME).")                       \
+  GAUGE(clockSkewExceeded, "xdcr_clock_skew_exceeded", "",                                         \
+        "1 while the pipeline's skew or a cluster's error against NTP is over max_skew.")          \
+  GAUGE(compensation_seconds, "xdcr_clock_compensation_seconds", "",                               \
+        "Added to every replicated deadline (clock.on_skew: compensate), 0 when not "              \
+        "compensating.")                                                                           \
+  GAUGE_BY(paused, "reason", paused_reason, "xdcr_pipeline_paused", "",                            \
+           "1 while the pipeline is paused.")
+
 struct PipelineStats {
-  std::array<uint64_t, idx(EventKind::kCount)> source_events{};
-  std::array<uint64_t, idx(WriteOp::kCount)> target_writes{};
-  std::array<uint64_t, idx(FilterReason::kCount)> filtered{};
-  uint64_t expiry_stripped = 0;
-  uint64_t expiry_clamped = 0;
-  uint64_t expired_on_arrival = 0;
-  uint64_t unknown_commands = 0;  // forwarded verbatim (counted, never dropped in silence)
-  uint64_t filter_splits = 0;     // commands whose keys fall on both sides of the filters
-  uint64_t full_syncs = 0;
-  uint64_t partial_syncs = 0;
-  uint64_t target_loss_resyncs = 0;  // the target's marker showed it lost checkpointed data
-  uint64_t stale_keys_deleted = 0;   // full_sync.delete_stale_keys
-  uint64_t checkpoints = 0;
-  uint64_t checkpoint_failures = 0;
+#define XDCR_STATS_COUNTER(field, ...) uint64_t field = 0;
+#define XDCR_STATS_COUNTER_BY(field, Enum, label, names, ...)                  \
+  static_assert(names.size() == idx(Enum::kCount), "a name for every " #Enum); \
+  std::array<uint64_t, idx(Enum::kCount)> field{};
+#define XDCR_STATS_COUNTER_BY_KEY(field, ...) std::map<std::string, uint64_t> field;
+#define XDCR_STATS_COUNTER_PART(field, ...) uint64_t field = 0;
+#define XDCR_STATS_GAUGE(...)
+  XDCR_PIPELINE_METRICS(XDCR_STATS_COUNTER, XDCR_STATS_COUNTER_BY, XDCR_STATS_COUNTER_BY_KEY,
+                        XDCR_STATS_COUNTER_PART, XDCR_STATS_GAUGE, XDCR_STATS_GAUGE)
+#undef XDCR_STATS_COUNTER
+#undef XDCR_STATS_COUNTER_BY
+#undef XDCR_STATS_COUNTER_BY_KEY
+#undef XDCR_STATS_COUNTER_PART
+#undef XDCR_STATS_GAUGE
+
+  /** Not exported (the sum of target_errors_by_kind); counted beside it. */
   uint64_t target_errors = 0;
-  std::map<std::string, uint64_t> target_errors_by_kind;  // first word of the error reply
-  uint64_t reconnects = 0;
-  uint64_t snapshot_keys_restored = 0;
-  uint64_t snapshot_keys_expired = 0;
-  uint64_t snapshot_keys_failed = 0;
 
   void count(EventKind k) { ++source_events[idx(k)]; }
   void count(WriteOp op) { ++target_writes[idx(op)]; }

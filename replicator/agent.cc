@@ -24,45 +24,12 @@
 #include "replicator/preflight.h"
 #include "replicator/source_link.h"
 #include "replicator/state_lock.h"
+#include "replicator/status.h"
 
 namespace xdcr::replicator {
 namespace {
 
 using Pipelines = std::vector<std::unique_ptr<Pipeline>>;
-
-nlohmann::json statusJson(const Pipelines& pipelines, bool draining,
-                          const clock::ClockReport* clock_report, const config::Config& cfg) {
-  nlohmann::json j;
-  j["version"] = version();
-  j["revision"] = gitRevision();
-  j["draining"] = draining;
-  auto& arr = j["pipelines"] = nlohmann::json::array();
-  for (const auto& p : pipelines) {
-    nlohmann::json pj;
-    pj["name"] = p->name();
-    pj["state"] = stateName(p->state());
-    pj["paused_reason"] = p->pausedReason();
-    pj["paused_detail"] = p->pausedDetail();
-    pj["paused"] = p->paused();
-    pj["source_offset"] = p->sourceOffset();
-    pj["applied_offset"] = p->appliedOffset();
-    pj["lag_seconds"] = p->lagSeconds();
-    pj["backlog_bytes"] = p->backlogBytes();
-    pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
-                             {"written_at_ms", p->lastCheckpointMs()}};
-    const auto& fs = p->snapshotProgress();
-    pj["full_sync"] = {{"active", fs.active},          {"keys_done", fs.keys_done},
-                       {"keys_total", fs.keys_total},  {"bytes_done", fs.bytes_done},
-                       {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
-                       {"expired", fs.expired},        {"failed", fs.failed},
-                       {"seconds", fs.seconds}};
-    pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
-    pj["last_error"] = p->lastError();
-    arr.push_back(pj);
-  }
-  j["clock"] = clockReportJson(clock_report, cfg.clock);
-  return j;
-}
 
 AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const config::Config& cfg,
                  bool draining, const clock::ClockReport* clock_report) {
@@ -109,21 +76,7 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
     }
     if (req.path == "/metrics") {
       std::vector<PipelineMetrics> pm;
-      for (const auto& p : pipelines) {
-        PipelineMetrics m;
-        m.name = p->name();
-        m.stats = &p->stats();
-        m.lag_seconds = p->lagSeconds();
-        m.backlog_bytes = static_cast<double>(p->backlogBytes());
-        m.expiry_index_entries = static_cast<double>(p->expiryIndex().size());
-        m.expiry_index_bytes = static_cast<double>(p->expiryIndex().memoryBytes());
-        m.checkpoint_journal_bytes = static_cast<double>(p->checkpointJournalBytes());
-        m.paused = p->paused();
-        m.paused_reason = p->pausedReason();
-        m.skew = &p->skew();
-        m.compensation_seconds = double(p->compensationMs()) / 1e3;
-        pm.push_back(std::move(m));
-      }
+      for (const auto& p : pipelines) pm.push_back(metricsOf(*p));
       return AdminReply{200, "text/plain; version=0.0.4; charset=utf-8",
                         renderMetrics(pm, clock_report), {}};
     }

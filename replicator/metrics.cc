@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <type_traits>
+
 #include "common/version.h"
 
 namespace xdcr::replicator {
@@ -103,112 +106,110 @@ std::string escapeLabel(std::string_view v) {
   return out;
 }
 
+std::optional<double> PipelineMetrics::clockSkewSeconds() const {
+  if (skew == nullptr || !skew->measured) return std::nullopt;
+  return double(skew->delta_ns) / 1e9;
+}
+
+std::optional<bool> PipelineMetrics::clockSkewExceeded() const {
+  if (skew == nullptr || !skew->measured) return std::nullopt;
+  return skew->exceeded;
+}
+
+namespace {
+
+template <class T>
+MetricValue valueOf(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return double(v);
+  } else {
+    return uint64_t(v);
+  }
+}
+
+template <class T>
+void addSample(std::vector<MetricSample>& out, std::string_view label, std::string_view label_value,
+               const T& v) {
+  out.push_back({label, label_value, valueOf(v)});
+}
+
+template <class T>
+void addSample(std::vector<MetricSample>& out, std::string_view label, std::string_view label_value,
+               const std::optional<T>& v) {
+  if (v) out.push_back({label, label_value, valueOf(*v)});
+}
+
+// One MetricRow per row of XDCR_PIPELINE_METRICS; each kind of row knows where its samples are.
+using Samples = std::vector<MetricSample>;
+#define XDCR_ROW_COUNTER(field, metric, status, help)                                     \
+  MetricRow{metric, "counter", status, help, [](const PipelineMetrics& p, Samples& out) { \
+              addSample(out, {}, {}, p.stats->field);                                     \
+            }},
+#define XDCR_ROW_COUNTER_BY(field, Enum, label, names, metric, status, help)              \
+  MetricRow{metric, "counter", status, help, [](const PipelineMetrics& p, Samples& out) { \
+              for (size_t i = 0; i < names.size(); ++i) {                                 \
+                addSample(out, label, names[i], p.stats->field[i]);                       \
+              }                                                                           \
+            }},
+#define XDCR_ROW_COUNTER_BY_KEY(field, label, metric, status, help)                       \
+  MetricRow{metric, "counter", status, help, [](const PipelineMetrics& p, Samples& out) { \
+              for (const auto& [key, n] : p.stats->field) addSample(out, label, key, n);  \
+            }},
+#define XDCR_ROW_COUNTER_PART(field, label, value, metric, status, help)                  \
+  MetricRow{metric, "counter", status, help, [](const PipelineMetrics& p, Samples& out) { \
+              addSample(out, label, value, p.stats->field);                               \
+            }},
+#define XDCR_ROW_GAUGE(member, metric, status, help)                                    \
+  MetricRow{metric, "gauge", status, help, [](const PipelineMetrics& p, Samples& out) { \
+              addSample(out, {}, {}, std::invoke(&PipelineMetrics::member, p));         \
+            }},
+#define XDCR_ROW_GAUGE_BY(member, label, label_member, metric, status, help)                   \
+  MetricRow{metric, "gauge", status, help, [](const PipelineMetrics& p, Samples& out) {        \
+              addSample(out, label, p.label_member, std::invoke(&PipelineMetrics::member, p)); \
+            }},
+constexpr MetricRow kRows[] = {XDCR_PIPELINE_METRICS(XDCR_ROW_COUNTER, XDCR_ROW_COUNTER_BY,
+                                                     XDCR_ROW_COUNTER_BY_KEY, XDCR_ROW_COUNTER_PART,
+                                                     XDCR_ROW_GAUGE, XDCR_ROW_GAUGE_BY)};
+#undef XDCR_ROW_COUNTER
+#undef XDCR_ROW_COUNTER_BY
+#undef XDCR_ROW_COUNTER_BY_KEY
+#undef XDCR_ROW_COUNTER_PART
+#undef XDCR_ROW_GAUGE
+#undef XDCR_ROW_GAUGE_BY
+
+/**
+ * The pipeline families: HELP and TYPE once per family, then every pipeline's samples (the rows
+ * of a family split over several fields, pipeline by pipeline).
+ */
+void renderPipelineMetrics(std::string& out, const std::vector<PipelineMetrics>& ps) {
+  const std::span<const MetricRow> rows = pipelineMetricRows();
+  Samples samples;
+  for (size_t first = 0, end = 0; first < rows.size(); first = end) {
+    end = first + 1;
+    while (end < rows.size() && rows[end].metric == rows[first].metric) ++end;
+    Family f(out, rows[first].metric, rows[first].type, rows[first].help);
+    for (const auto& p : ps) {
+      samples.clear();
+      for (size_t r = first; r < end; ++r) rows[r].samples(p, samples);
+      for (const auto& s : samples) {
+        const double v = std::visit([](auto x) { return double(x); }, s.value);
+        if (s.label.empty()) {
+          f.sample(pl(p), v);
+        } else {
+          f.sample(fmt::format("{},{}=\"{}\"", pl(p), s.label, escapeLabel(s.label_value)), v);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::span<const MetricRow> pipelineMetricRows() { return kRows; }
+
 std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::ClockReport* clock) {
   std::string out;
-  auto labelled = [&](std::string_view name, std::string_view help, std::string_view label,
-                      const auto& names, const auto& (*values)(const PipelineStats&)) {
-    Family f(out, name, "counter", help);
-    for (const auto& p : ps) {
-      const auto& vals = values(*p.stats);
-      for (size_t i = 0; i < names.size(); ++i) {
-        f.sample(fmt::format("{},{}=\"{}\"", pl(p), label, names[i]), double(vals[i]));
-      }
-    }
-  };
-  labelled("xdcr_source_events_total", "Events read from the source, by kind.", "kind",
-           kEventKindNames,
-           +[](const PipelineStats& s) -> const auto& { return s.source_events; });
-  labelled("xdcr_target_writes_total", "Commands written to the target, by operation.", "op",
-           kWriteOpNames, +[](const PipelineStats& s) -> const auto& { return s.target_writes; });
-  labelled("xdcr_filtered_total", "Events not replicated, by reason.", "reason",
-           kFilterReasonNames, +[](const PipelineStats& s) -> const auto& { return s.filtered; });
-
-  auto counter = [&](std::string_view name, std::string_view help, uint64_t PipelineStats::*m) {
-    Family f(out, name, "counter", help);
-    for (const auto& p : ps) f.sample(pl(p), double(p.stats->*m));
-  };
-  counter("xdcr_expiry_stripped_total", "Deadlines removed by strip_ttl.",
-          &PipelineStats::expiry_stripped);
-  counter("xdcr_expiry_clamped_total", "Deadlines shortened or added by the target's maxTTL.",
-          &PipelineStats::expiry_clamped);
-  counter("xdcr_expired_on_arrival_total",
-          "Documents whose deadline had passed when they reached the target (never written).",
-          &PipelineStats::expired_on_arrival);
-  counter("xdcr_full_syncs_total", "Full resyncs (snapshot transfers).",
-          &PipelineStats::full_syncs);
-  counter("xdcr_partial_syncs_total", "Partial resyncs (resumes from a checkpoint).",
-          &PipelineStats::partial_syncs);
-  counter("xdcr_target_loss_resyncs_total",
-          "Full resyncs started because the target had lost data a checkpoint counted as written.",
-          &PipelineStats::target_loss_resyncs);
-  counter("xdcr_stale_keys_deleted_total",
-          "Target keys deleted after a full sync because the snapshot lacked them "
-          "(full_sync.delete_stale_keys).",
-          &PipelineStats::stale_keys_deleted);
-  counter("xdcr_checkpoints_total", "Checkpoints written.", &PipelineStats::checkpoints);
-  counter("xdcr_checkpoint_failures_total", "Checkpoints that could not be written.",
-          &PipelineStats::checkpoint_failures);
-  counter("xdcr_unknown_commands_total", "Commands forwarded without being understood.",
-          &PipelineStats::unknown_commands);
-  counter("xdcr_filter_splits_total",
-          "Commands not replicated because their keys fall on both sides of the filters.",
-          &PipelineStats::filter_splits);
-  counter("xdcr_reconnects_total", "Sessions that ended in an error and were restarted.",
-          &PipelineStats::reconnects);
-  {
-    Family f(out, "xdcr_snapshot_keys_total", "counter", "Full-sync keys, by result.");
-    for (const auto& p : ps) {
-      f.sample(pl(p) + ",result=\"restored\"", double(p.stats->snapshot_keys_restored));
-      f.sample(pl(p) + ",result=\"expired\"", double(p.stats->snapshot_keys_expired));
-      f.sample(pl(p) + ",result=\"failed\"", double(p.stats->snapshot_keys_failed));
-    }
-  }
-  {
-    Family f(out, "xdcr_target_errors_total", "counter", "Error replies from the target, by kind.");
-    for (const auto& p : ps) {
-      for (const auto& [kind, n] : p.stats->target_errors_by_kind) {
-        f.sample(pl(p) + ",kind=\"" + escapeLabel(kind) + "\"", double(n));
-      }
-    }
-  }
-  auto gauge = [&](std::string_view name, std::string_view help, double PipelineMetrics::*m) {
-    Family f(out, name, "gauge", help);
-    for (const auto& p : ps) f.sample(pl(p), p.*m);
-  };
-  gauge("xdcr_replication_lag_seconds", "Replication lag.", &PipelineMetrics::lag_seconds);
-  gauge("xdcr_backlog_bytes", "Source offset minus applied offset.",
-        &PipelineMetrics::backlog_bytes);
-  gauge("xdcr_expiry_index_entries", "Source deadlines and tombstones the expiry index holds.",
-        &PipelineMetrics::expiry_index_entries);
-  gauge("xdcr_expiry_index_bytes", "Memory of the expiry index's tables.",
-        &PipelineMetrics::expiry_index_bytes);
-  gauge("xdcr_checkpoint_journal_bytes",
-        "Checkpoint journal length since the last whole image (compacted past 64 MiB).",
-        &PipelineMetrics::checkpoint_journal_bytes);
-  {
-    // Only measured pipelines: a 0 would claim the clocks agree.
-    Family f(out, "xdcr_clock_skew_seconds", "gauge",
-             "Target cluster's clock minus source cluster's clock (Redis TIME).");
-    for (const auto& p : ps) {
-      if (p.skew != nullptr && p.skew->measured) f.sample(pl(p), double(p.skew->delta_ns) / 1e9);
-    }
-  }
-  {
-    Family f(out, "xdcr_clock_skew_exceeded", "gauge",
-             "1 while the pipeline's skew or a cluster's error against NTP is over max_skew.");
-    for (const auto& p : ps) {
-      if (p.skew != nullptr && p.skew->measured) f.sample(pl(p), p.skew->exceeded ? 1 : 0);
-    }
-  }
-  gauge("xdcr_clock_compensation_seconds",
-        "Added to every replicated deadline (clock.on_skew: compensate), 0 when not compensating.",
-        &PipelineMetrics::compensation_seconds);
-  {
-    Family f(out, "xdcr_pipeline_paused", "gauge", "1 while the pipeline is paused.");
-    for (const auto& p : ps) {
-      f.sample(pl(p) + ",reason=\"" + escapeLabel(p.paused_reason) + "\"", p.paused ? 1 : 0);
-    }
-  }
+  renderPipelineMetrics(out, ps);
   if (clock != nullptr) renderClockMetrics(out, *clock);
   {
     Family f(out, "xdcr_build_info", "gauge", "Version and git revision of this build.");

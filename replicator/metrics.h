@@ -2,8 +2,13 @@
 // Prometheus text exposition (format 0.0.4) of the agent's metrics, interface.md §4: prefix
 // `xdcr_`, counters end in `_total`, every pipeline metric has a `pipeline` label. Written by
 // hand (no Prometheus client library is packaged for Debian 12), like Dragonfly's metrics.cc.
+// The pipeline families are the rows of XDCR_PIPELINE_METRICS (common/stats.h).
 
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include "clock/skew.h"
@@ -11,20 +16,48 @@
 
 namespace xdcr::replicator {
 
-/** What one pipeline contributes to /metrics. */
+/** What one pipeline contributes to /metrics and to the figures of /status. */
 struct PipelineMetrics {
   std::string name;
   const PipelineStats* stats = nullptr;
   double lag_seconds = 0;
-  double backlog_bytes = 0;
+  uint64_t backlog_bytes = 0;
   bool paused = false;
   std::string paused_reason;
   const clock::PipelineSkew* skew = nullptr;  // null or !measured: no skew samples
   double compensation_seconds = 0;
-  double expiry_index_entries = 0;  // deadlines and tombstones held
-  double expiry_index_bytes = 0;    // memory of its tables
-  double checkpoint_journal_bytes = 0;
+  uint64_t expiry_index_entries = 0;  // deadlines and tombstones held
+  uint64_t expiry_index_bytes = 0;    // memory of its tables
+  uint64_t checkpoint_journal_bytes = 0;
+
+  /** Target minus source clock; none until measured (a 0 would claim the clocks agree). */
+  std::optional<double> clockSkewSeconds() const;
+  /** Whether the skew is over max_skew; none until measured. */
+  std::optional<bool> clockSkewExceeded() const;
 };
+
+/** A sample's value: counts are integers, seconds are not (so /status keeps its JSON types). */
+using MetricValue = std::variant<uint64_t, double>;
+
+/** One sample of a pipeline family: the `pipeline` label, at most one more, a value. */
+struct MetricSample {
+  std::string_view label;  // "" = only the pipeline label
+  std::string_view label_value;
+  MetricValue value;
+};
+
+/** One row of XDCR_PIPELINE_METRICS: a family, or one part of it (COUNTER_PART). */
+struct MetricRow {
+  std::string_view metric;
+  std::string_view type;    // "counter" or "gauge"
+  std::string_view status;  // field of the pipeline's /status object; "" = none
+  std::string_view help;
+  /** Appends the row's samples for one pipeline (none, one, or one per label value). */
+  void (*samples)(const PipelineMetrics& p, std::vector<MetricSample>& out);
+};
+
+/** Every row, in the order of the list (= the order of /metrics). */
+std::span<const MetricRow> pipelineMetricRows();
 
 /**
  * The whole exposition: every pipeline's metrics, the clock's (when a check has completed) and

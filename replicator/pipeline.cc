@@ -59,6 +59,10 @@ const source::ExpiryIndex& Pipeline::expiryIndex() const {
   return link_ != nullptr ? link_->expiryIndex() : kEmpty;
 }
 
+std::vector<std::string> Pipeline::linkMembers() const {
+  return link_ != nullptr ? link_->memberNames() : std::vector<std::string>{};
+}
+
 Status Pipeline::open(source::ExpiryIndex& index) {
   if (auto s = store_.prepare(); !s) return s;
   auto cp = store_.load(index);

@@ -111,7 +111,9 @@ class Pipeline {
   uint64_t checkpointedOffset() const { return checkpointed_offset_; }
   const SnapshotProgress& snapshotProgress() const { return progress_; }
   /** Times this pipeline was detached from a shared link onto one of its own. */
-  uint64_t detachments() const { return detachments_; }
+  uint64_t detachments() const { return stats_.link_detachments; }
+  /** The names of the pipelines on this pipeline's link, itself included; empty on no link. */
+  std::vector<std::string> linkMembers() const;
   const Limits& limits() const { return limits_; }
 
   // ---- link side (replicator/source_link.cc) ------------------------------------------------
@@ -140,7 +142,7 @@ class Pipeline {
   void setSourceOffset(uint64_t o) { source_offset_ = o; }
   void setAppliedOffset(uint64_t o) { applied_offset_ = o; }
   void setLag(double s) { lag_seconds_ = s; }
-  void countDetachment() { ++detachments_; }
+  void countDetachment() { ++stats_.link_detachments; }
   /** The marker token the next checkpoint writes (creating one if none). */
   const std::string& nextMarker();
   /** The checkpoint `cp` is durable: what a restart resumes from. */
@@ -192,7 +194,6 @@ class Pipeline {
   Notify pause_wake_;
   double lag_seconds_ = 0;
   int64_t last_checkpoint_ms_ = 0;
-  uint64_t detachments_ = 0;
 };
 
 }  // namespace xdcr::replicator

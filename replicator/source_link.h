@@ -65,6 +65,12 @@ class SourceLink final : private source::SnapshotConsumer {
   const source::ExpiryIndex& expiryIndex() const { return index_; }
   const std::string& sourceName() const { return source_cluster_.name; }
   size_t memberCount() const { return pipelines_.size(); }
+  /** The names of the pipelines this link feeds (status). */
+  std::vector<std::string> memberNames() const {
+    std::vector<std::string> names;
+    for (const Pipeline* p : pipelines_) names.push_back(p->name());
+    return names;
+  }
 
  private:
   struct PendingCheckpoint {

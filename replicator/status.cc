@@ -1,0 +1,87 @@
+#include "replicator/status.h"
+
+#include <string>
+#include <variant>
+
+#include "common/version.h"
+#include "replicator/clock_report.h"
+
+namespace xdcr::replicator {
+
+PipelineMetrics metricsOf(const Pipeline& p) {
+  PipelineMetrics m;
+  m.name = p.name();
+  m.stats = &p.stats();
+  m.lag_seconds = p.lagSeconds();
+  m.backlog_bytes = p.backlogBytes();
+  m.expiry_index_entries = p.expiryIndex().size();
+  m.expiry_index_bytes = p.expiryIndex().memoryBytes();
+  m.checkpoint_journal_bytes = p.checkpointJournalBytes();
+  m.paused = p.paused();
+  m.paused_reason = p.pausedReason();
+  m.skew = &p.skew();
+  m.compensation_seconds = double(p.compensationMs()) / 1e3;
+  return m;
+}
+
+nlohmann::json statusFigures(const PipelineMetrics& m) {
+  nlohmann::json j = nlohmann::json::object();
+  std::vector<MetricSample> samples;
+  for (const MetricRow& row : pipelineMetricRows()) {
+    if (row.status.empty()) continue;
+    samples.clear();
+    row.samples(m, samples);
+    for (const MetricSample& s : samples) {
+      auto& field = j[std::string(row.status)];
+      std::visit(
+          [&](auto v) {
+            if (s.label.empty()) {
+              field = v;
+            } else {
+              field[std::string(s.label_value)] = v;
+            }
+          },
+          s.value);
+    }
+  }
+  return j;
+}
+
+nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipelines, bool draining,
+                          const clock::ClockReport* clock_report, const config::Config& cfg) {
+  nlohmann::json j;
+  j["version"] = version();
+  j["revision"] = gitRevision();
+  j["draining"] = draining;
+  auto& arr = j["pipelines"] = nlohmann::json::array();
+  for (const auto& p : pipelines) {
+    nlohmann::json pj;
+    pj["name"] = p->name();
+    pj["state"] = stateName(p->state());
+    pj["paused_reason"] = p->pausedReason();
+    pj["paused_detail"] = p->pausedDetail();
+    pj["paused"] = p->paused();
+    pj["source_offset"] = p->sourceOffset();
+    pj["applied_offset"] = p->appliedOffset();
+    pj.update(statusFigures(metricsOf(*p)));  // lag_seconds, backlog_bytes, link_detachments
+    const std::vector<std::string> members = p->linkMembers();
+    pj["link"] = {{"source", p->sourceCluster().name},
+                  {"shared", members.size() > 1},
+                  {"pipelines", members}};
+    pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
+                             {"written_at_ms", p->lastCheckpointMs()}};
+    const auto& fs = p->snapshotProgress();
+    pj["full_sync"] = {{"active", fs.active},          {"keys_done", fs.keys_done},
+                       {"keys_total", fs.keys_total},  {"bytes_done", fs.bytes_done},
+                       {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
+                       {"expired", fs.expired},        {"failed", fs.failed},
+                       {"seconds", fs.seconds}};
+    pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
+    pj["last_error"] = p->lastError();
+    arr.push_back(pj);
+  }
+  j["clock"] = clockReportJson(clock_report, cfg.clock);
+  return j;
+}
+
+}  // namespace xdcr::replicator
