@@ -32,9 +32,10 @@ Result<CtxPtr> start(ByteSpan key, bool encrypt) {
   }
   CipherPtr cipher(EVP_CIPHER_fetch(nullptr, "AES-128-SIV", nullptr));
   if (!cipher) {
-    return fail(Error::io("OpenSSL has no AES-128-SIV cipher (the default provider is not "
-                          "loaded?): " +
-                          opensslReason()));
+    return fail(
+        Error::io("OpenSSL has no AES-128-SIV cipher (the default provider is not "
+                  "loaded?): " +
+                  opensslReason()));
   }
   CtxPtr ctx(EVP_CIPHER_CTX_new());
   if (!ctx || EVP_CipherInit_ex2(ctx.get(), cipher.get(), key.data(), nullptr, encrypt ? 1 : 0,

@@ -23,7 +23,9 @@ uint32_t get32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-uint64_t get64(const uint8_t* p) { return (uint64_t{get32(p)} << 32) | get32(p + 4); }
+uint64_t get64(const uint8_t* p) {
+  return (uint64_t{get32(p)} << 32) | get32(p + 4);
+}
 
 // Floor division: pre-1970 times must map to the previous second, not toward zero.
 int64_t floorDiv(int64_t a, int64_t b) {
@@ -34,7 +36,9 @@ int64_t floorDiv(int64_t a, int64_t b) {
   return q;
 }
 
-double seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
+double seconds(int64_t ns) {
+  return static_cast<double>(ns) / 1e9;
+}
 
 tl::unexpected<NtpRejection> reject(NtpReject r, std::string message, std::string kiss = {}) {
   return tl::unexpected<NtpRejection>(NtpRejection{r, std::move(kiss), std::move(message)});

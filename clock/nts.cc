@@ -108,10 +108,10 @@ net::awaitable<Exchange> exchangeOnce(net::ip::udp::endpoint ep, const NtsKeys& 
       out.problem =
           ignored == 0
               ? fmt::format("no reply within {} ms", opt.timeout.count())
-              : fmt::format("no authentic reply within {} ms; ignored {} repl{}, the last "
-                            "because: {}",
-                            opt.timeout.count(), ignored, ignored == 1 ? "y" : "ies",
-                            last_ignored);
+              : fmt::format(
+                    "no authentic reply within {} ms; ignored {} repl{}, the last "
+                    "because: {}",
+                    opt.timeout.count(), ignored, ignored == 1 ? "y" : "ies", last_ignored);
       co_return out;
     }
     const size_t n = **got;
@@ -230,8 +230,8 @@ net::awaitable<Result<SntpResult>> NtsClient::query() {
     const size_t have = session_->cookies.size() + 2;  // + what this reply brings at least
     const int extra = have < kNtsMaxCookies ? static_cast<int>(kNtsMaxCookies - have) : 0;
     ++attempted;
-    Exchange x = co_await exchangeOnce(session_->ntp, session_->keys, std::move(cookie), extra,
-                                       options_);
+    Exchange x =
+        co_await exchangeOnce(session_->ntp, session_->keys, std::move(cookie), extra, options_);
     auth_failures = auth_failures || x.auth_failed;
     for (auto& c : x.cookies) {
       if (session_->cookies.size() < kNtsMaxCookies) {
@@ -253,10 +253,10 @@ net::awaitable<Result<SntpResult>> NtsClient::query() {
     }
   }
   if (result.valid_samples == 0) {
-    std::string msg = fmt::format(
-        "NTS server {}{}: no authenticated, usable sample out of {}: {}", server_,
-        session_ ? fmt::format(" (NTP at {})", session_->ntp_name) : std::string(), attempted,
-        joinProblems(result.problems));
+    std::string msg =
+        fmt::format("NTS server {}{}: no authenticated, usable sample out of {}: {}", server_,
+                    session_ ? fmt::format(" (NTP at {})", session_->ntp_name) : std::string(),
+                    attempted, joinProblems(result.problems));
     co_return fail(auth_failures ? Error::auth(std::move(msg)) : Error::io(std::move(msg)));
   }
   co_return result;

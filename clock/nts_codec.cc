@@ -19,9 +19,13 @@ void put16(NtsBytes& b, uint16_t v) {
   b.push_back(static_cast<uint8_t>(v));
 }
 
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+uint16_t get16(const uint8_t* p) {
+  return static_cast<uint16_t>((p[0] << 8) | p[1]);
+}
 
-size_t pad4(size_t n) { return (n + 3) & ~size_t{3}; }
+size_t pad4(size_t n) {
+  return (n + 3) & ~size_t{3};
+}
 
 const char* keErrorName(uint16_t code) {
   switch (code) {
@@ -85,8 +89,9 @@ Result<std::optional<NtsKeResponse>> parseNtsKeResponse(ByteSpan data) {
           return keProtocol("no Next Protocol record: the server did not agree to NTPv4");
         }
         if (!aead_ok) {
-          return keProtocol("no AEAD Algorithm record: the server did not agree to "
-                            "AEAD_AES_SIV_CMAC_256");
+          return keProtocol(
+              "no AEAD Algorithm record: the server did not agree to "
+              "AEAD_AES_SIV_CMAC_256");
         }
         if (r.cookies.empty()) {
           return keProtocol("no cookies: the server gave us nothing to send NTP requests with");
@@ -107,9 +112,9 @@ Result<std::optional<NtsKeResponse>> parseNtsKeResponse(ByteSpan data) {
         break;
       case NtsKeRecordType::Error: {
         const uint16_t code = len >= 2 ? get16(body.data()) : 0xffff;
-        return fail(Error::refused(fmt::format(
-            "NTS-KE server sent Error record: code {} ({})", code,
-            len >= 2 ? keErrorName(code) : "record too short to hold a code")));
+        return fail(Error::refused(
+            fmt::format("NTS-KE server sent Error record: code {} ({})", code,
+                        len >= 2 ? keErrorName(code) : "record too short to hold a code")));
       }
       case NtsKeRecordType::Warning:
         if (len >= 2) {
@@ -136,8 +141,8 @@ Result<std::optional<NtsKeResponse>> parseNtsKeResponse(ByteSpan data) {
         break;
       case NtsKeRecordType::Server: {
         std::string host(body.begin(), body.end());
-        const bool printable = std::all_of(host.begin(), host.end(),
-                                           [](char c) { return c > 0x20 && c < 0x7f; });
+        const bool printable =
+            std::all_of(host.begin(), host.end(), [](char c) { return c > 0x20 && c < 0x7f; });
         if (host.empty() || !printable) {
           return keProtocol("Server record is empty or not a printable host name");
         }
@@ -184,9 +189,9 @@ Result<std::vector<NtsExtensionField>> parseExtensionFields(ByteSpan data, size_
   size_t pos = offset;
   while (pos < data.size()) {
     if (data.size() - pos < 4) {
-      return fail(Error::protocol(fmt::format(
-          "truncated extension field at byte {}: {} bytes left, a header needs 4", pos,
-          data.size() - pos)));
+      return fail(Error::protocol(
+          fmt::format("truncated extension field at byte {}: {} bytes left, a header needs 4", pos,
+                      data.size() - pos)));
     }
     const uint16_t type = get16(&data[pos]);
     const size_t len = get16(&data[pos + 2]);
@@ -264,8 +269,8 @@ bool ntsReplyEchoesUid(ByteSpan reply, ByteSpan uid) {
 
 Result<NtsReplyContents> openNtsReply(ByteSpan reply, ByteSpan uid, ByteSpan s2c_key) {
   if (reply.size() < kNtpPacketSize) {
-    return fail(Error::protocol(fmt::format("NTS reply of {} bytes is shorter than an NTP header",
-                                            reply.size())));
+    return fail(Error::protocol(
+        fmt::format("NTS reply of {} bytes is shorter than an NTP header", reply.size())));
   }
   auto efs = parseExtensionFields(reply, kNtpPacketSize);
   if (!efs) {
@@ -308,8 +313,8 @@ Result<NtsReplyContents> openNtsReply(ByteSpan reply, ByteSpan uid, ByteSpan s2c
   }
   auto inner = parseExtensionFields(*plain, 0);
   if (!inner) {
-    return fail(Error::protocol("NTS reply's encrypted extension fields: " +
-                                inner.error().message));
+    return fail(
+        Error::protocol("NTS reply's encrypted extension fields: " + inner.error().message));
   }
   NtsReplyContents out;
   for (const auto& ef : *inner) {

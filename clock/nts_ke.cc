@@ -57,9 +57,10 @@ std::string verifyHint(long result, const std::string& host, const std::string& 
       return ca_file.empty()
                  ? ": the certificate does not chain to a CA in the system trust store; set "
                    "ca_file to the CA that issued it"
-                 : fmt::format(": the certificate does not chain to the CA in ca_file \"{}\"; "
-                               "point ca_file at the CA that issued the server's certificate",
-                               ca_file);
+                 : fmt::format(
+                       ": the certificate does not chain to the CA in ca_file \"{}\"; "
+                       "point ca_file at the CA that issued the server's certificate",
+                       ca_file);
   }
   return {};
 }
@@ -72,8 +73,8 @@ net::awaitable<Result<NtsKeResult>> ntsKeyExchange(HostPort server, std::string 
   const std::string who = "NTS-KE server " + formatHostPort(server.host, server.port);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto timedOut = [&](const char* stage) {
-    return fail(Error::io(fmt::format("{}: no answer within {} ms while {}", who,
-                                      timeout.count(), stage)));
+    return fail(
+        Error::io(fmt::format("{}: no answer within {} ms while {}", who, timeout.count(), stage)));
   };
   ERR_clear_error();
 
@@ -100,8 +101,8 @@ net::awaitable<Result<NtsKeResult>> ntsKeyExchange(HostPort server, std::string 
   ctx.set_verify_mode(ssl::verify_peer, ec);
   // Unlike most OpenSSL calls this one returns 0 on success.
   if (ec || SSL_CTX_set_alpn_protos(raw_ctx, kAlpn, sizeof kAlpn) != 0) {
-    co_return fail(Error::io(fmt::format("{}: cannot configure TLS: {}", who,
-                                         ec ? ec.message() : opensslReason())));
+    co_return fail(Error::io(
+        fmt::format("{}: cannot configure TLS: {}", who, ec ? ec.message() : opensslReason())));
   }
 
   // --- Where to connect. An IP literal needs no resolver (which cannot be cancelled in Boost
@@ -132,8 +133,8 @@ net::awaitable<Result<NtsKeResult>> ntsKeyExchange(HostPort server, std::string 
   // certificate.
   if (is_ip) {
     if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_handle), server.host.c_str()) != 1) {
-      co_return fail(Error::io(fmt::format("{}: cannot set the address to verify: {}", who,
-                                           opensslReason())));
+      co_return fail(
+          Error::io(fmt::format("{}: cannot set the address to verify: {}", who, opensslReason())));
     }
   } else {
     SSL_set_hostflags(ssl_handle, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
@@ -210,8 +211,8 @@ net::awaitable<Result<NtsKeResult>> ntsKeyExchange(HostPort server, std::string 
       co_return timedOut("sending the NTS-KE request");
     }
     if (auto [wec, n] = std::get<0>(r); wec) {
-      co_return fail(Error::io(fmt::format("{}: sending the NTS-KE request failed: {}", who,
-                                           wec.message())));
+      co_return fail(
+          Error::io(fmt::format("{}: sending the NTS-KE request failed: {}", who, wec.message())));
     }
   }
   NtsBytes received;
@@ -227,9 +228,9 @@ net::awaitable<Result<NtsKeResult>> ntsKeyExchange(HostPort server, std::string 
     auto [rec, n] = std::get<0>(r);
     received.insert(received.end(), buf.begin(), buf.begin() + static_cast<ptrdiff_t>(n));
     if (rec && n == 0) {
-      co_return fail(Error::protocol(fmt::format(
-          "{}: KE protocol: connection ended after {} bytes, before End of Message: {}", who,
-          received.size(), rec.message())));
+      co_return fail(Error::protocol(
+          fmt::format("{}: KE protocol: connection ended after {} bytes, before End of Message: {}",
+                      who, received.size(), rec.message())));
     }
     auto parsed = parseNtsKeResponse(received);
     if (!parsed) {
@@ -248,8 +249,8 @@ net::awaitable<Result<NtsKeResult>> ntsKeyExchange(HostPort server, std::string 
     if (SSL_export_keying_material(ssl_handle, key.data(), key.size(), kNtsExporterLabel,
                                    std::strlen(kNtsExporterLabel), context.data(), context.size(),
                                    1) != 1) {
-      co_return fail(Error::io(
-          fmt::format("{}: cannot derive the NTS keys: {}", who, opensslReason())));
+      co_return fail(
+          Error::io(fmt::format("{}: cannot derive the NTS keys: {}", who, opensslReason())));
     }
   }
   result.response = std::move(*response);

@@ -31,8 +31,7 @@ RedisTimeSample timeSampleFrom(int64_t t1_ns, int64_t server_ns, int64_t t4_ns) 
   return s;
 }
 
-boost::asio::awaitable<Result<RedisTimeSample>> probeRedisTime(RedisConnection& conn,
-                                                               int samples,
+boost::asio::awaitable<Result<RedisTimeSample>> probeRedisTime(RedisConnection& conn, int samples,
                                                                std::chrono::milliseconds timeout,
                                                                const WallClockNs& now_ns) {
   std::optional<RedisTimeSample> best;
@@ -64,9 +63,10 @@ boost::asio::awaitable<Result<RedisTimeSample>> probeRedisTime(RedisConnection& 
     if (!best || s.rtt_ns < best->rtt_ns) best = s;
   }
   if (!best) {
-    co_return fail(Error::protocol(fmt::format("{}: no usable TIME reply ({}); the agent cannot "
-                                               "measure this cluster's clock",
-                                               conn.label(), last_problem)));
+    co_return fail(
+        Error::protocol(fmt::format("{}: no usable TIME reply ({}); the agent cannot "
+                                    "measure this cluster's clock",
+                                    conn.label(), last_problem)));
   }
   best->samples = valid;
   co_return *best;

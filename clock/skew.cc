@@ -39,15 +39,17 @@ PipelineSkew evaluateSkew(const ClockReport& report, const std::string& source,
   out.delta_ns = t->offset_ns - s->offset_ns;
   std::vector<std::string> why;
   if (std::llabs(out.delta_ns) > max_skew_ns) {
-    why.push_back(fmt::format("target {} is {} from source {} (Δ = target − source), over "
-                              "max_skew {}",
-                              target, formatOffset(out.delta_ns), source,
-                              fmt::format("{:g} ms", double(max_skew_ns) / 1e6)));
+    why.push_back(
+        fmt::format("target {} is {} from source {} (Δ = target − source), over "
+                    "max_skew {}",
+                    target, formatOffset(out.delta_ns), source,
+                    fmt::format("{:g} ms", double(max_skew_ns) / 1e6)));
   }
   for (const std::string* name : {&source, &target}) {
     if (auto err = report.clusterErrorNs(*name); err && std::llabs(*err) > max_skew_ns) {
       why.push_back(fmt::format("cluster {} is {} from NTP time, over max_skew {}", *name,
-                                formatOffset(*err), fmt::format("{:g} ms", double(max_skew_ns) / 1e6)));
+                                formatOffset(*err),
+                                fmt::format("{:g} ms", double(max_skew_ns) / 1e6)));
     }
   }
   out.exceeded = !why.empty();

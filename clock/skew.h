@@ -20,14 +20,14 @@
 namespace xdcr::clock {
 
 struct NtpServerReport {
-  std::string server;         // as configured ("host[:port]")
-  bool ok = false;            // gave a usable sample
-  bool authenticated = false; // NTS: every sample's authenticator verified
-  int64_t offset_ns = 0;      // server − this host, of its minimum-delay sample
+  std::string server;          // as configured ("host[:port]")
+  bool ok = false;             // gave a usable sample
+  bool authenticated = false;  // NTS: every sample's authenticator verified
+  int64_t offset_ns = 0;       // server − this host, of its minimum-delay sample
   int64_t delay_ns = 0;
   int stratum = 0;
-  bool truechimer = false;    // inside the majority's intersection
-  std::string error;          // why not ok
+  bool truechimer = false;  // inside the majority's intersection
+  std::string error;        // why not ok
 };
 
 struct NtpReport {
@@ -48,9 +48,9 @@ struct NtpReport {
 
 struct ClusterClockReport {
   std::string cluster;
-  bool measured = false;     // an offset is known (possibly from an earlier check, see error)
-  int64_t offset_ns = 0;     // θ_c: cluster − this host
-  int64_t bound_ns = 0;      // |error of offset_ns| ≤ bound (RTT/2 of the kept TIME sample)
+  bool measured = false;  // an offset is known (possibly from an earlier check, see error)
+  int64_t offset_ns = 0;  // θ_c: cluster − this host
+  int64_t bound_ns = 0;   // |error of offset_ns| ≤ bound (RTT/2 of the kept TIME sample)
   int64_t rtt_ns = 0;
   int64_t measured_at_ms = 0;  // this host's wall clock when it was measured
   std::string error;           // the latest check's failure; empty when it succeeded
@@ -72,7 +72,7 @@ struct ClockReport {
 
 /** One pipeline's clocks against clock.max_skew. */
 struct PipelineSkew {
-  bool measured = false;  // both clusters' offsets are known
+  bool measured = false;         // both clusters' offsets are known
   int64_t source_offset_ns = 0;  // θ_source
   int64_t target_offset_ns = 0;  // θ_target
   int64_t delta_ns = 0;          // Δ = θ_target − θ_source

@@ -9,8 +9,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "clock/nts.h"
 #include "clock/ntp_selection.h"
+#include "clock/nts.h"
 #include "clock/redis_time.h"
 
 namespace xdcr::clock {
@@ -69,8 +69,8 @@ net::awaitable<ClockReport> SkewMonitor::checkOnce() {
     for (auto it = clusters_.begin(); it != clusters_.end();) {
       const auto* before = config_->cluster(it->first);
       const auto* after = pending_config_->cluster(it->first);
-      const bool same = before != nullptr && after != nullptr &&
-                        before->address() == after->address();
+      const bool same =
+          before != nullptr && after != nullptr && before->address() == after->address();
       it = same ? std::next(it) : clusters_.erase(it);
     }
     connections_.clear();
@@ -121,9 +121,9 @@ void SkewMonitor::logChanges(const ClockReport& now) const {
     const std::string previous = b != nullptr ? b->error : "";
     if (!c.error.empty() && c.error != previous) {
       spdlog::warn("clock: cannot read the clock of cluster {}: {}{}", name, c.error,
-                   c.measured ? fmt::format(" (keeping its last offset, {})",
-                                            formatOffset(c.offset_ns))
-                              : std::string());
+                   c.measured
+                       ? fmt::format(" (keeping its last offset, {})", formatOffset(c.offset_ns))
+                       : std::string());
     } else if (c.error.empty() && !previous.empty()) {
       spdlog::info("clock: cluster {} measured again: {} from this host", name,
                    formatOffset(c.offset_ns));

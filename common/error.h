@@ -11,13 +11,13 @@ namespace xdcr {
 
 struct Error {
   enum class Kind {
-    Io,          // connection refused/reset/closed, timeout: reconnect
-    Protocol,    // malformed data from a peer: reconnect, count
-    Auth,        // wrong password / missing ACL permission: operator action needed
-    Refused,     // the peer refused an operation (e.g. PSYNC not allowed)
-    Storage,     // local disk (state_dir)
-    Cancelled,   // we are shutting down
-    Conflict,    // someone else writes what only this pipeline may: stop, operator action needed
+    Io,         // connection refused/reset/closed, timeout: reconnect
+    Protocol,   // malformed data from a peer: reconnect, count
+    Auth,       // wrong password / missing ACL permission: operator action needed
+    Refused,    // the peer refused an operation (e.g. PSYNC not allowed)
+    Storage,    // local disk (state_dir)
+    Cancelled,  // we are shutting down
+    Conflict,   // someone else writes what only this pipeline may: stop, operator action needed
   };
   Kind kind = Kind::Io;
   std::string message;
@@ -35,6 +35,8 @@ template <class T>
 using Result = tl::expected<T, Error>;
 using Status = tl::expected<void, Error>;
 
-inline tl::unexpected<Error> fail(Error e) { return tl::unexpected<Error>(std::move(e)); }
+inline tl::unexpected<Error> fail(Error e) {
+  return tl::unexpected<Error>(std::move(e));
+}
 
 }  // namespace xdcr

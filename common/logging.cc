@@ -1,8 +1,8 @@
 #include "common/logging.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <nlohmann/json.hpp>
 
 #include <ctime>
 

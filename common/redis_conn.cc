@@ -4,10 +4,10 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include <fmt/format.h>
@@ -56,8 +56,7 @@ struct RedisConnection::Tls {
   tls::ssl::context ctx;
   tls::ssl::stream<net::ip::tcp::socket> stream;
 
-  Tls(tls::ssl::context c, net::ip::tcp::socket s)
-      : ctx(std::move(c)), stream(std::move(s), ctx) {}
+  Tls(tls::ssl::context c, net::ip::tcp::socket s) : ctx(std::move(c)), stream(std::move(s), ctx) {}
 };
 
 RedisConnection::RedisConnection(net::any_io_executor ex, std::string label)
@@ -106,16 +105,15 @@ net::awaitable<Status> RedisConnection::connectTcp(const RedisEndpoint& endpoint
                                                    std::chrono::milliseconds timeout) {
   auto ex = co_await net::this_coro::executor;
   net::ip::tcp::resolver resolver(ex);
-  auto [rec, results] = co_await resolver.async_resolve(endpoint.host,
-                                                        std::to_string(endpoint.port),
-                                                        use_nothrow);
+  auto [rec, results] =
+      co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port), use_nothrow);
   if (rec) {
-    co_return fail(Error::io(fmt::format("{}: cannot resolve host \"{}\": {}", label_,
-                                         endpoint.host, rec.message())));
+    co_return fail(Error::io(
+        fmt::format("{}: cannot resolve host \"{}\": {}", label_, endpoint.host, rec.message())));
   }
   net::steady_timer timer(ex, timeout);
-  auto r = co_await (net::async_connect(socket_, results, use_nothrow) ||
-                     timer.async_wait(use_nothrow));
+  auto r =
+      co_await (net::async_connect(socket_, results, use_nothrow) || timer.async_wait(use_nothrow));
   if (r.index() == 1) {
     close();
     co_return fail(Error::io(fmt::format(
@@ -125,9 +123,10 @@ net::awaitable<Status> RedisConnection::connectTcp(const RedisEndpoint& endpoint
   auto [ec, ep] = std::get<0>(r);
   if (ec) {
     close();
-    co_return fail(Error::io(fmt::format("{}: cannot connect: {}; check that the server runs and "
-                                         "the address is right",
-                                         label_, ec.message())));
+    co_return fail(
+        Error::io(fmt::format("{}: cannot connect: {}; check that the server runs and "
+                              "the address is right",
+                              label_, ec.message())));
   }
   boost::system::error_code ignored;
   socket_.set_option(net::ip::tcp::no_delay(true), ignored);
@@ -154,8 +153,8 @@ net::awaitable<Status> RedisConnection::handshake(const RedisEndpoint& endpoint,
   }
   auto [ec] = std::get<0>(r);
   if (ec) {
-    co_return fail(tls::describeHandshakeFailure(tls_->stream.native_handle(), ec, endpoint,
-                                                 label_));
+    co_return fail(
+        tls::describeHandshakeFailure(tls_->stream.native_handle(), ec, endpoint, label_));
   }
   co_return Status{};
 }
@@ -163,8 +162,7 @@ net::awaitable<Status> RedisConnection::handshake(const RedisEndpoint& endpoint,
 std::string RedisConnection::describeIoError(const boost::system::error_code& ec,
                                              bool reading) const {
   const std::string tls_why =
-      tls_ ? tls::explainSessionError(ec, endpoint_, tls_->stream.native_handle(),
-                                      bytes_read_ == 0)
+      tls_ ? tls::explainSessionError(ec, endpoint_, tls_->stream.native_handle(), bytes_read_ == 0)
            : std::string();
   if (!tls_why.empty()) {
     return fmt::format("{}: TLS session refused: {}", label_, tls_why);
@@ -174,9 +172,10 @@ std::string RedisConnection::describeIoError(const boost::system::error_code& ec
   std::string what = closed ? std::string("closed by peer") : ec.message();
   if (!tls_ && bytes_read_ == 0 && (closed || ec == net::error::broken_pipe)) {
     // A TLS-only port drops a plain client at its first bytes, before any answer.
-    return fmt::format("{}: connection {}: {} before any answer; if the server expects TLS on "
-                       "this port, add a tls: section to cluster {}",
-                       label_, reading ? "lost" : "write failed", what, endpoint_.cluster);
+    return fmt::format(
+        "{}: connection {}: {} before any answer; if the server expects TLS on "
+        "this port, add a tls: section to cluster {}",
+        label_, reading ? "lost" : "write failed", what, endpoint_.cluster);
   }
   if (reading) return fmt::format("{}: connection lost: {}", label_, what);
   return fmt::format("{}: write failed: {}", label_, what);
@@ -242,16 +241,17 @@ net::awaitable<Result<std::string>> RedisConnection::readLine(std::chrono::milli
       co_return line;
     }
     if (d.size() > resp::kMaxLineLength) {
-      co_return fail(Error::protocol(fmt::format("{}: reply line longer than {} bytes", label_,
-                                                 resp::kMaxLineLength)));
+      co_return fail(Error::protocol(
+          fmt::format("{}: reply line longer than {} bytes", label_, resp::kMaxLineLength)));
     }
     auto r = co_await readSomeWithTimeout(timeout);
     if (!r) co_return fail(r.error());
   }
 }
 
-net::awaitable<Result<resp::ReplyInfo>> RedisConnection::call(
-    std::vector<std::string_view> args, std::chrono::milliseconds timeout, bool collect_elements) {
+net::awaitable<Result<resp::ReplyInfo>> RedisConnection::call(std::vector<std::string_view> args,
+                                                              std::chrono::milliseconds timeout,
+                                                              bool collect_elements) {
   std::string out;
   resp::appendCommand(out, args);
   if (auto w = co_await writeAll(out); !w) co_return fail(w.error());
@@ -306,8 +306,8 @@ net::awaitable<Result<std::vector<std::string>>> RedisConnection::scanPage(
   if (!r) co_return fail(r.error());
   resp::Value& v = (*r)[0];
   if (v.type != resp::ReplyType::Array || v.elements.size() != 2) {
-    co_return fail(Error::protocol(fmt::format("{}: unexpected SCAN reply: {}", label_,
-                                               v.describe())));
+    co_return fail(
+        Error::protocol(fmt::format("{}: unexpected SCAN reply: {}", label_, v.describe())));
   }
   cursor = v.elements[0].str;
   std::vector<std::string> keys;

@@ -63,8 +63,7 @@ class RedisConnection {
    * certificate after a TLS 1.3 handshake is reported here). `timeout` bounds each step. Every
    * error names the connection (its label), what failed and what to change; never the password.
    */
-  net::awaitable<Status> connect(const RedisEndpoint& endpoint,
-                                 std::chrono::milliseconds timeout);
+  net::awaitable<Status> connect(const RedisEndpoint& endpoint, std::chrono::milliseconds timeout);
   /** Sends one command and waits for its reply. For handshakes, not for the fast path. */
   net::awaitable<Result<resp::ReplyInfo>> call(std::vector<std::string_view> args,
                                                std::chrono::milliseconds timeout,

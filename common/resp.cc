@@ -49,8 +49,7 @@ ParseResult needMore(size_t need = 0) {
 }
 
 /** Recursive worker for parseReply. `pos` advances past the value when Complete. */
-ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int depth,
-                       bool top) {
+ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int depth, bool top) {
   if (pos >= data.size()) return needMore();
   if (depth > kMaxNesting) return error("RESP reply nested too deeply", pos);
   bool bad = false;
@@ -141,7 +140,8 @@ ParseResult parseCommand(std::string_view data, std::vector<ArgSpan>& args) {
   }
   bool bad = false;
   size_t pos = lineEnd(data, 1, bad);
-  if (pos == std::string_view::npos) return bad ? error("malformed RESP array header", 0) : needMore();
+  if (pos == std::string_view::npos)
+    return bad ? error("malformed RESP array header", 0) : needMore();
   int64_t n;
   if (!parseInt(data, 1, pos, n) || n < 1 || n > kMaxArrayLength) {
     return error("bad RESP array length in replication stream", 0);

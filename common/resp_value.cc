@@ -63,14 +63,19 @@ ParseResult parseValue(std::string_view data, Value& out) {
 
 std::string Value::describe() const {
   switch (type) {
-    case ReplyType::SimpleString: return str;
-    case ReplyType::Error: return "(error) " + str;
-    case ReplyType::Integer: return fmt::format("(integer) {}", integer);
-    case ReplyType::Null: return "(nil)";
+    case ReplyType::SimpleString:
+      return str;
+    case ReplyType::Error:
+      return "(error) " + str;
+    case ReplyType::Integer:
+      return fmt::format("(integer) {}", integer);
+    case ReplyType::Null:
+      return "(nil)";
     case ReplyType::Bulk:
       return str.size() <= 60 ? fmt::format("\"{}\"", str)
                               : fmt::format("\"{}…\" ({} bytes)", str.substr(0, 60), str.size());
-    case ReplyType::Array: return fmt::format("[{} elements]", elements.size());
+    case ReplyType::Array:
+      return fmt::format("[{} elements]", elements.size());
   }
   return "?";
 }

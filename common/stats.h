@@ -13,7 +13,15 @@
 namespace xdcr {
 
 /** xdcr_source_events_total{kind} */
-enum class EventKind : uint8_t { Mutation, Deletion, Expiration, ExpiryChange, Flush, Other, kCount };
+enum class EventKind : uint8_t {
+  Mutation,
+  Deletion,
+  Expiration,
+  ExpiryChange,
+  Flush,
+  Other,
+  kCount
+};
 /** xdcr_target_writes_total{op} */
 enum class WriteOp : uint8_t { Set, Restore, Delete, Expire, Persist, Other, kCount };
 /** xdcr_filtered_total{reason} */
@@ -137,9 +145,15 @@ struct PipelineStats {
   /** Not exported (the sum of target_errors_by_kind); counted beside it. */
   uint64_t target_errors = 0;
 
-  void count(EventKind k) { ++source_events[idx(k)]; }
-  void count(WriteOp op) { ++target_writes[idx(op)]; }
-  void count(FilterReason r) { ++filtered[idx(r)]; }
+  void count(EventKind k) {
+    ++source_events[idx(k)];
+  }
+  void count(WriteOp op) {
+    ++target_writes[idx(op)];
+  }
+  void count(FilterReason r) {
+    ++filtered[idx(r)];
+  }
 };
 
 }  // namespace xdcr

@@ -63,8 +63,8 @@ std::string subjectOf(X509* cert) {
 
 std::string sansOf(X509* cert) {
   std::string out;
-  auto* names = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  auto* names =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   if (names == nullptr) return out;
   for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
     const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
@@ -94,10 +94,10 @@ std::string sansOf(X509* cert) {
 
 int verifyCallback(int preverify_ok, X509_STORE_CTX* store) {
   if (preverify_ok == 1) return 1;
-  auto* ssl = static_cast<SSL*>(
-      X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
-  auto* rec = ssl != nullptr ? static_cast<VerifyRecord*>(SSL_get_ex_data(ssl, recordIndex()))
-                             : nullptr;
+  auto* ssl =
+      static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  auto* rec =
+      ssl != nullptr ? static_cast<VerifyRecord*>(SSL_get_ex_data(ssl, recordIndex())) : nullptr;
   if (rec != nullptr && !rec->failed) {
     rec->failed = true;
     rec->error = X509_STORE_CTX_get_error(store);
@@ -238,8 +238,8 @@ Status prepareSession(SSL* ssl, const RedisEndpoint& e, std::string_view who) {
   const bool ip = isIpAddress(name);
   // SNI carries host names only (RFC 6066 §3).
   if (!ip && SSL_set_tlsext_host_name(ssl, name.c_str()) != 1) {
-    return fail(Error::io(fmt::format("{}: cannot set the TLS server name \"{}\": {}", who, name,
-                                      opensslReason())));
+    return fail(Error::io(
+        fmt::format("{}: cannot set the TLS server name \"{}\": {}", who, name, opensslReason())));
   }
   if (!e.tls->verify) return Status{};
   if (ip) {
@@ -303,8 +303,9 @@ Error describeHandshakeFailure(SSL* ssl, const boost::system::error_code& ec,
             trustAnchors(e), key(e, "ca_file"));
         break;
       case X509_V_ERR_INVALID_PURPOSE:
-        what = "the server's certificate is not for TLS servers (extendedKeyUsage lacks "
-               "serverAuth); have it reissued";
+        what =
+            "the server's certificate is not for TLS servers (extendedKeyUsage lacks "
+            "serverAuth); have it reissued";
         break;
       default:
         what = fmt::format("check the server's certificate against {}", trustAnchors(e));
@@ -316,10 +317,10 @@ Error describeHandshakeFailure(SSL* ssl, const boost::system::error_code& ec,
   const bool has_cert = !e.tls->cert_file.empty();
   switch (reason) {
     case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
-      return Error::auth(fmt::format(
-          "{}: TLS: the server requires a client certificate (mutual TLS, Redis "
-          "tls-auth-clients): set {} and {}",
-          who, key(e, "cert_file"), key(e, "key_file")));
+      return Error::auth(
+          fmt::format("{}: TLS: the server requires a client certificate (mutual TLS, Redis "
+                      "tls-auth-clients): set {} and {}",
+                      who, key(e, "cert_file"), key(e, "key_file")));
     case SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
       if (!has_cert) {
         return Error::auth(fmt::format(
@@ -355,19 +356,21 @@ Error describeHandshakeFailure(SSL* ssl, const boost::system::error_code& ec,
     case SSL_R_PACKET_LENGTH_TOO_LONG:
     case SSL_R_UNEXPECTED_MESSAGE:
     case SSL_R_SSLV3_ALERT_UNEXPECTED_MESSAGE:
-      return Error::io(fmt::format("{}: TLS handshake failed: the server did not answer with TLS "
-                                   "({}); {}",
-                                   who, ec.message(), notTlsHint(e)));
+      return Error::io(
+          fmt::format("{}: TLS handshake failed: the server did not answer with TLS "
+                      "({}); {}",
+                      who, ec.message(), notTlsHint(e)));
     default:
       break;
   }
   if (isEofLike(ec)) {
-    return Error::io(fmt::format("{}: TLS handshake failed: the server closed the connection "
-                                 "({}); {}",
-                                 who, ec.message(), notTlsHint(e)));
+    return Error::io(
+        fmt::format("{}: TLS handshake failed: the server closed the connection "
+                    "({}); {}",
+                    who, ec.message(), notTlsHint(e)));
   }
-  return Error::io(fmt::format("{}: TLS handshake failed: {} ({})", who, ec.message(),
-                               notTlsHint(e)));
+  return Error::io(
+      fmt::format("{}: TLS handshake failed: {} ({})", who, ec.message(), notTlsHint(e)));
 }
 
 bool clientCertificateRequested(SSL* ssl) {

@@ -49,8 +49,8 @@ Error describeHandshakeFailure(SSL* ssl, const boost::system::error_code& ec,
  * handshake); "" when there is nothing to add. `nothing_received`: no application data came
  * from the server yet on this session (a drop then is about the handshake's outcome).
  */
-std::string explainSessionError(const boost::system::error_code& ec,
-                                const RedisEndpoint& endpoint, SSL* ssl, bool nothing_received);
+std::string explainSessionError(const boost::system::error_code& ec, const RedisEndpoint& endpoint,
+                                SSL* ssl, bool nothing_received);
 
 /** The server asked for a client certificate during the handshake and none was configured. */
 bool clientCertificateRequested(SSL* ssl);

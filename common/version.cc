@@ -2,8 +2,14 @@
 
 namespace xdcr {
 
-const char* version() { return XDCR_VERSION; }
-const char* gitRevision() { return XDCR_GIT_REVISION; }
-const char* buildType() { return XDCR_BUILD_TYPE; }
+const char* version() {
+  return XDCR_VERSION;
+}
+const char* gitRevision() {
+  return XDCR_GIT_REVISION;
+}
+const char* buildType() {
+  return XDCR_BUILD_TYPE;
+}
 
 }  // namespace xdcr

@@ -247,7 +247,7 @@ LoadResult loadFromText(const std::string& text, const std::string& name,
     internal::ParsedConfig parsed;
     parsed.config.path = name;
     internal::ParseContext ctx{base_dir, options.resolve_environment,
-                                options.resolve_environment && options.check_files};
+                               options.resolve_environment && options.check_files};
     YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
     // Only the first document is read; a second one with content would be silently ignored,
     // which is worse than an error. An empty trailing "---" is harmless.

@@ -87,7 +87,7 @@ struct TlsConfig {
 /** A set of keys inside a bucket chosen by a glob (Redis MATCH syntax). */
 struct CollectionConfig {
   std::string name;
-  std::string keys;  // glob
+  std::string keys;     // glob
   Duration max_ttl{0};  // 0 = inherit the bucket's max_ttl (expiry-semantics.md §3)
   Mark mark;
 };
@@ -95,7 +95,7 @@ struct CollectionConfig {
 /** A Redis logical database on a target cluster, with its maxTTL and collections. */
 struct BucketConfig {
   int db = 0;
-  Duration max_ttl{0};  // 0 = none
+  Duration max_ttl{0};                        // 0 = none
   std::vector<CollectionConfig> collections;  // first match wins
   Mark mark;
 };
@@ -107,7 +107,7 @@ struct ClusterConfig {
   uint16_t port = 6379;
   std::string username;  // optional ACL user
   Secret password;
-  std::optional<TlsConfig> tls;  // present = TLS on
+  std::optional<TlsConfig> tls;       // present = TLS on
   std::vector<BucketConfig> buckets;  // maxTTL applied when this cluster is a target
   Mark mark;
 
@@ -133,8 +133,8 @@ struct KeyRewrite {
 
 struct PipelineConfig {
   std::string name;
-  std::string source;  // cluster name
-  std::string target;  // cluster name
+  std::string source;      // cluster name
+  std::string target;      // cluster name
   std::map<int, int> dbs;  // source db -> target db; empty = every db to itself
   FilterConfig filters;
   std::vector<KeyRewrite> key_rewrite;
@@ -194,7 +194,7 @@ struct LoadOptions {
 };
 
 struct LoadResult {
-  ConfigConstSharedPtr config;  // null when there is at least one error
+  ConfigConstSharedPtr config;          // null when there is at least one error
   std::vector<Diagnostic> diagnostics;  // every error and warning, in file order
 
   bool ok() const { return config != nullptr; }

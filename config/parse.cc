@@ -509,10 +509,9 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
                                          " is not set; export it before starting the agent (or "
                                          "check the file with validate --no-environment)");
       } else if (*value == '\0') {
-        diags.error(env->value_mark, "environment variable " + quote(*name) +
-                                         " is empty; export the " + entry.key +
-                                         " in it (an empty " + entry.key +
-                                         " is never valid), or remove the key");
+        diags.error(env->value_mark,
+                    "environment variable " + quote(*name) + " is empty; export the " + entry.key +
+                        " in it (an empty " + entry.key + " is never valid), or remove the key");
       } else {
         secret.value = value;
       }
@@ -694,8 +693,9 @@ std::optional<TlsConfig> parseTls(const Entry& section, const ParseContext& ctx,
   const Entry* cert = readPath("cert_file", tls.cert_file);
   const Entry* key = readPath("key_file", tls.key_file);
   if (const Entry* e = reader.get("server_name")) {
-    if (auto text = readNonEmpty(*e, "give the name in the server's certificate, or remove "
-                                     "server_name to check the address's host",
+    if (auto text = readNonEmpty(*e,
+                                 "give the name in the server's certificate, or remove "
+                                 "server_name to check the address's host",
                                  diags)) {
       tls.server_name = *text;
     }
@@ -905,8 +905,9 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
   }
   if (!cluster.username.empty() && !cluster.password.present()) {
     if (const Entry* e = reader.find("username")) {
-      diags.warning(e->value_mark, "username has no effect without password (AUTH needs both); "
-                                   "add password or remove username");
+      diags.warning(e->value_mark,
+                    "username has no effect without password (AUTH needs both); "
+                    "add password or remove username");
     }
   }
   if (const Entry* e = reader.get("buckets")) {
@@ -1066,11 +1067,10 @@ void parsePipelines(const Entry& section, ParsedConfig& out, Diagnostics& diags)
     if (!expectMap(item, mark, "a pipeline", diags)) {
       continue;
     }
-    MapReader reader(
-        item, "in pipeline",
-        {"name", "source", "target", "dbs", "filters", "key_rewrite", "checkpoint_interval",
-         "full_sync"},
-        diags);
+    MapReader reader(item, "in pipeline",
+                     {"name", "source", "target", "dbs", "filters", "key_rewrite",
+                      "checkpoint_interval", "full_sync"},
+                     diags);
     PipelineConfig pipeline;
     PipelineMarks marks;
     pipeline.mark = mark;

@@ -30,7 +30,9 @@ const char* toString(LogLevel level) {
   return "info";
 }
 
-const char* toString(LogFormat format) { return format == LogFormat::Json ? "json" : "text"; }
+const char* toString(LogFormat format) {
+  return format == LogFormat::Json ? "json" : "text";
+}
 
 const char* toString(SkewAction action) {
   switch (action) {

@@ -100,7 +100,9 @@ struct Edge {
   Mark mark;  // where to point: the pipeline's source:, or the dbs entry
 };
 
-bool before(Mark a, Mark b) { return std::pair(a.line, a.column) < std::pair(b.line, b.column); }
+bool before(Mark a, Mark b) {
+  return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+}
 
 std::string serverNode(const ClusterConfig& cluster) {
   std::string host = cluster.host;
@@ -151,8 +153,7 @@ std::string describeCycle(const Config& config, const std::vector<Edge>& edges,
                       std::to_string(edge.to_db) + ")");
       continue;
     }
-    items.push_back(quote(pipeline.name) + " (" + pipeline.source + " -> " + pipeline.target +
-                    ")");
+    items.push_back(quote(pipeline.name) + " (" + pipeline.source + " -> " + pipeline.target + ")");
     // Two cluster names for one address join the cycle: say so, or it would not read as one.
     const Edge& next = edges[cycle[(i + 1) % cycle.size()]];
     const std::string& next_source = config.pipelines[next.pipeline].source;
@@ -167,8 +168,8 @@ std::string describeCycle(const Config& config, const std::vector<Edge>& edges,
     list += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
   }
   if (edges[cycle.front()].from_db >= 0) {
-    const ClusterConfig& cluster = *config.cluster(config.pipelines[edges[cycle.front()].pipeline]
-                                                       .source);
+    const ClusterConfig& cluster =
+        *config.cluster(config.pipelines[edges[cycle.front()].pipeline].source);
     return "the dbs maps of " + list + " replicate within " +
            joinHostPort(cluster.host, cluster.port) +
            " in a cycle: every write would come back to the db it came from and be replicated "
@@ -200,8 +201,8 @@ void checkCycles(const ParsedConfig& parsed, Diagnostics& diags) {
     // Unnamed, duplicate, dangling or badly addressed pipelines were reported already; a cycle
     // through them is reported once they are fixed (and can be named).
     auto address_ok = [&](const ClusterConfig* cluster) {
-      auto it = cluster == nullptr ? parsed.cluster_info.end()
-                                   : parsed.cluster_info.find(cluster->name);
+      auto it =
+          cluster == nullptr ? parsed.cluster_info.end() : parsed.cluster_info.find(cluster->name);
       return it != parsed.cluster_info.end() && it->second.address_ok;
     };
     if (pipeline.name.empty() || !names.insert(pipeline.name).second || !address_ok(source) ||

@@ -130,10 +130,11 @@ void EventFilter::reportSplit(const source::Change& c, std::string_view why) {
   ++stats_.filter_splits;
   uint64_t suppressed = 0;
   if (split_log_.allow(suppressed)) {
-    spdlog::warn("pipeline {}: {} at offset {} not replicated: {}; the target's copy of its "
-                 "destination may now differ from the source (counted as a key filter){}",
-                 name_, c.arg(0), c.entry->offset_end, why,
-                 suppressed ? fmt::format(" ({} similar suppressed)", suppressed) : "");
+    spdlog::warn(
+        "pipeline {}: {} at offset {} not replicated: {}; the target's copy of its "
+        "destination may now differ from the source (counted as a key filter){}",
+        name_, c.arg(0), c.entry->offset_end, why,
+        suppressed ? fmt::format(" ({} similar suppressed)", suppressed) : "");
   }
 }
 

@@ -22,8 +22,8 @@ namespace xdcr::fuzz {
 }
 
 /** CHECK(cond) or CHECK(cond, "detail " + std::to_string(x)): the property must hold. */
-#define FUZZ_CHECK(cond, ...)                                                        \
-  do {                                                                               \
+#define FUZZ_CHECK(cond, ...)                                                                    \
+  do {                                                                                           \
     if (!(cond)) ::xdcr::fuzz::checkFailed(#cond, __FILE__, __LINE__, std::string(__VA_ARGS__)); \
   } while (0)
 

@@ -91,8 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     FUZZ_CHECK(previous <= at, "diagnostics out of file order at " + f);  // C5
     previous = at;
   }
-  FUZZ_CHECK(result.ok() == !any_error, "config present although there are errors, or absent "
-                                        "without one");  // C2
+  FUZZ_CHECK(result.ok() == !any_error,
+             "config present although there are errors, or absent "
+             "without one");  // C2
 
   if (result.ok()) {  // C6
     const Config& config = *result.config;

@@ -111,8 +111,8 @@ Seen walkWhole(std::string_view data) {
     Item item;
     Result r = walk(walker, rest, item);
     if (r.status == Status::NeedMore) {
-      FUZZ_CHECK(r.need == 0 || r.need > rest.size(), "need " + std::to_string(r.need) +
-                                                          " with " + std::to_string(rest.size()));
+      FUZZ_CHECK(r.need == 0 || r.need > rest.size(),
+                 "need " + std::to_string(r.need) + " with " + std::to_string(rest.size()));
       FUZZ_CHECK(!walker.done() || rest.empty());
       seen.end = walker.done() ? "eof" : "needmore";
       break;
@@ -170,9 +170,9 @@ Seen walkChunked(std::string_view data, fuzz::Rng& rng) {
           Walker probe = before;
           Item ignored;
           Result again = walk(probe, data.substr(pos, r.need - 1), ignored);
-          FUZZ_CHECK(again.status == Status::NeedMore,
-                     "need " + std::to_string(r.need) + " is not a lower bound at offset " +
-                         std::to_string(pos));
+          FUZZ_CHECK(again.status == Status::NeedMore, "need " + std::to_string(r.need) +
+                                                           " is not a lower bound at offset " +
+                                                           std::to_string(pos));
         }
         if (last) {
           seen.end = walker.done() ? "eof" : "needmore";
@@ -225,12 +225,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   Seen chunked = walkChunked(data, rng);  // R1
   FUZZ_CHECK(chunked.items.size() == whole.items.size(),
              std::to_string(chunked.items.size()) + " items in chunks vs " +
-                 std::to_string(whole.items.size()) + " whole (" + chunked.end + " / " +
-                 whole.end + ")");
+                 std::to_string(whole.items.size()) + " whole (" + chunked.end + " / " + whole.end +
+                 ")");
   for (size_t i = 0; i < whole.items.size(); ++i) {
-    FUZZ_CHECK(chunked.items[i] == whole.items[i],
-               "item " + std::to_string(i) + ": " + chunked.items[i].substr(0, 200) + " vs " +
-                   whole.items[i].substr(0, 200));
+    FUZZ_CHECK(chunked.items[i] == whole.items[i], "item " + std::to_string(i) + ": " +
+                                                       chunked.items[i].substr(0, 200) + " vs " +
+                                                       whole.items[i].substr(0, 200));
   }
   FUZZ_CHECK(chunked.end == whole.end, chunked.end + " vs " + whole.end);
   FUZZ_CHECK(chunked.consumed == whole.consumed);

@@ -42,9 +42,12 @@ using resp::ParseStatus;
 
 std::string statusName(ParseStatus s) {
   switch (s) {
-    case ParseStatus::Complete: return "Complete";
-    case ParseStatus::NeedMore: return "NeedMore";
-    case ParseStatus::Error: return "Error";
+    case ParseStatus::Complete:
+      return "Complete";
+    case ParseStatus::NeedMore:
+      return "NeedMore";
+    case ParseStatus::Error:
+      return "Error";
   }
   return "?";
 }
@@ -87,9 +90,8 @@ Outcome commandOutcome(std::string_view data) {
     FUZZ_CHECK(prev_end == r.consumed, "the last argument ends the command");
   } else if (r.status == ParseStatus::NeedMore) {
     // P3: more than was given
-    FUZZ_CHECK(r.need == 0 || r.need > data.size(),
-               "need " + std::to_string(r.need) + " with " + std::to_string(data.size()) +
-                   " given");
+    FUZZ_CHECK(r.need == 0 || r.need > data.size(), "need " + std::to_string(r.need) + " with " +
+                                                        std::to_string(data.size()) + " given");
   } else {
     FUZZ_CHECK(!r.error.empty());
   }
@@ -119,9 +121,8 @@ Outcome replyOutcome(std::string_view data, bool collect) {
       o.values.push_back(e);
     }
   } else if (r.status == ParseStatus::NeedMore) {
-    FUZZ_CHECK(r.need == 0 || r.need > data.size(),
-               "need " + std::to_string(r.need) + " with " + std::to_string(data.size()) +
-                   " given");
+    FUZZ_CHECK(r.need == 0 || r.need > data.size(), "need " + std::to_string(r.need) + " with " +
+                                                        std::to_string(data.size()) + " given");
   } else {
     FUZZ_CHECK(!r.error.empty());
   }
@@ -179,8 +180,8 @@ void checkPrefixes(std::string_view data, const Outcome& whole, Parse parse, fuz
     FUZZ_CHECK(second == whole, "two chunks split at " + std::to_string(split) + ": " +
                                     second.describe() + " vs whole " + whole.describe());
   } else {
-    FUZZ_CHECK(first == whole, "first chunk of " + std::to_string(split) + ": " +
-                                   first.describe() + " vs whole " + whole.describe());
+    FUZZ_CHECK(first == whole, "first chunk of " + std::to_string(split) + ": " + first.describe() +
+                                   " vs whole " + whole.describe());
   }
 }
 

@@ -94,8 +94,7 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
       } catch (const std::exception& e) {
         reply = AdminReply{500, "text/plain; charset=utf-8", std::string("error: ") + e.what(), {}};
       }
-      http::response<http::string_body> res{static_cast<http::status>(reply.status),
-                                            req.version()};
+      http::response<http::string_body> res{static_cast<http::status>(reply.status), req.version()};
       res.set(http::field::server, "xdcr-agent");
       res.set(http::field::content_type, reply.content_type);
       for (const auto& [name, value] : reply.headers) res.set(name, value);
@@ -116,7 +115,9 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
 AdminServer::AdminServer(net::any_io_executor ex, AdminHandler handler)
     : impl_(std::make_shared<Impl>(std::move(ex), std::move(handler))) {}
 
-AdminServer::~AdminServer() { stop(); }
+AdminServer::~AdminServer() {
+  stop();
+}
 
 Status AdminServer::start(const std::string& listen) {
   auto colon = listen.rfind(':');
@@ -124,12 +125,13 @@ Status AdminServer::start(const std::string& listen) {
     return fail(Error::io(fmt::format("admin_listen \"{}\": use host:port", listen)));
   }
   std::string host = listen.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   boost::system::error_code ec;
   auto addr = net::ip::make_address(host, ec);
   if (ec) {
-    return fail(Error::io(fmt::format("admin_listen \"{}\": \"{}\" is not an IP address", listen,
-                                      host)));
+    return fail(
+        Error::io(fmt::format("admin_listen \"{}\": \"{}\" is not an IP address", listen, host)));
   }
   tcp::endpoint ep(addr, static_cast<uint16_t>(std::stoi(listen.substr(colon + 1))));
   auto& a = impl_->acceptor;
@@ -138,9 +140,10 @@ Status AdminServer::start(const std::string& listen) {
   if (!ec) a.bind(ep, ec);
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    return fail(Error::io(fmt::format("admin server cannot listen on {}: {}; choose another "
-                                      "agent.admin_listen",
-                                      listen, ec.message())));
+    return fail(
+        Error::io(fmt::format("admin server cannot listen on {}: {}; choose another "
+                              "agent.admin_listen",
+                              listen, ec.message())));
   }
   net::co_spawn(a.get_executor(), impl_->acceptLoop(), net::detached);
   spdlog::info("admin server listening on http://{}", address());
@@ -160,8 +163,7 @@ void AdminServer::stop() {
 }
 
 Result<std::pair<int, std::string>> adminRequest(const std::string& address,
-                                                 const std::string& method,
-                                                 const std::string& path,
+                                                 const std::string& method, const std::string& path,
                                                  std::chrono::milliseconds timeout,
                                                  const std::string& bearer_token) {
   auto colon = address.rfind(':');
@@ -178,9 +180,10 @@ Result<std::pair<int, std::string>> adminRequest(const std::string& address,
     stream.connect(results, ec);
   }
   if (ec) {
-    return fail(Error::io(fmt::format("cannot reach the agent's admin server at {}: {}; is the "
-                                      "agent running with agent.admin_listen set to it?",
-                                      address, ec.message())));
+    return fail(
+        Error::io(fmt::format("cannot reach the agent's admin server at {}: {}; is the "
+                              "agent running with agent.admin_listen set to it?",
+                              address, ec.message())));
   }
   http::request<http::empty_body> req{http::string_to_verb(method), path, 11};
   req.set(http::field::host, address);

@@ -20,8 +20,8 @@
 namespace xdcr::replicator {
 
 struct AdminRequest {
-  std::string method;  // GET, POST, ...
-  std::string path;    // without the query string
+  std::string method;         // GET, POST, ...
+  std::string path;           // without the query string
   std::string authorization;  // the Authorization header ("" when absent); never log it
 };
 
@@ -61,8 +61,7 @@ class AdminServer {
 /** A blocking HTTP request to a running agent's admin server: {status, body}. */
 /** `bearer_token`, when not empty, is sent as `Authorization: Bearer <token>`. */
 Result<std::pair<int, std::string>> adminRequest(const std::string& address,
-                                                 const std::string& method,
-                                                 const std::string& path,
+                                                 const std::string& method, const std::string& path,
                                                  std::chrono::milliseconds timeout,
                                                  const std::string& bearer_token = "");
 inline Result<std::pair<int, std::string>> adminGet(const std::string& address,

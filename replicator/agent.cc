@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "clock/clock.h"
 #include "clock/skew_monitor.h"
@@ -64,9 +64,9 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
       if (draining) return text(503, "not ready: draining (shutting down)\n");
       for (const auto& p : pipelines) {
         if (p->state() != PipelineState::Streaming) {
-          return text(503, fmt::format("not ready: pipeline {} is {}{}\n", p->name(),
-                                       stateName(p->state()),
-                                       p->lastError().empty() ? "" : " (" + p->lastError() + ")"));
+          return text(
+              503, fmt::format("not ready: pipeline {} is {}{}\n", p->name(), stateName(p->state()),
+                               p->lastError().empty() ? "" : " (" + p->lastError() + ")"));
         }
       }
       return text(200, "ready\n");
@@ -77,8 +77,8 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
     if (req.path == "/metrics") {
       std::vector<PipelineMetrics> pm;
       for (const auto& p : pipelines) pm.push_back(metricsOf(*p));
-      return AdminReply{200, "text/plain; version=0.0.4; charset=utf-8",
-                        renderMetrics(pm, clock_report), {}};
+      return AdminReply{
+          200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics(pm, clock_report), {}};
     }
     if (req.path == "/config") {
       return AdminReply{200, "application/json", config::redactedJson(cfg) + "\n", {}};

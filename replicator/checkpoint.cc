@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 namespace xdcr::replicator {
 namespace {
@@ -79,7 +79,9 @@ CheckpointStore::CheckpointStore(std::string state_dir, std::string pipeline)
   journal_path_ = (std::filesystem::path(dir_) / (pipeline_ + ".journal")).string();
 }
 
-CheckpointStore::~CheckpointStore() { closeJournal(); }
+CheckpointStore::~CheckpointStore() {
+  closeJournal();
+}
 
 void CheckpointStore::closeJournal() {
   if (journal_fd_ >= 0) ::close(journal_fd_);
@@ -90,8 +92,8 @@ Status CheckpointStore::prepare() const {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) {
-    return fail(Error::storage(fmt::format("cannot create agent.state_dir {}: {}", dir_,
-                                           ec.message())));
+    return fail(
+        Error::storage(fmt::format("cannot create agent.state_dir {}: {}", dir_, ec.message())));
   }
   return Status{};
 }
@@ -103,8 +105,8 @@ Status CheckpointStore::syncDirectory() const {
   int err = errno;
   ::close(dfd);
   if (rc != 0) {
-    return fail(Error::storage(
-        fmt::format("fsync of directory {} failed: {}", dir_, std::strerror(err))));
+    return fail(
+        Error::storage(fmt::format("fsync of directory {} failed: {}", dir_, std::strerror(err))));
   }
   return Status{};
 }
@@ -208,10 +210,11 @@ Result<std::optional<Checkpoint>> CheckpointStore::load(source::ExpiryIndex& ind
   }
   journal_bytes_ = pos;
   if (!why_stopped.empty()) {
-    spdlog::warn("checkpoint journal {}: {} at byte {} (a crash while it was written); the {} "
-                 "record(s) before it are used, the last {} byte(s) are cut off at the next "
-                 "checkpoint",
-                 journal_path_, why_stopped, pos, applied, journal.size() - pos);
+    spdlog::warn(
+        "checkpoint journal {}: {} at byte {} (a crash while it was written); the {} "
+        "record(s) before it are used, the last {} byte(s) are cut off at the next "
+        "checkpoint",
+        journal_path_, why_stopped, pos, applied, journal.size() - pos);
   }
   if (foreign > 0) {
     spdlog::info("checkpoint journal {}: {} record(s) of an older base ignored", journal_path_,
@@ -235,8 +238,8 @@ Status CheckpointStore::commit(const Checkpoint& cp, const source::ExpiryIndex& 
   const std::string tmp = path_ + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return fail(Error::storage(fmt::format("cannot create {}: {}; check agent.state_dir", tmp,
-                                           std::strerror(errno))));
+    return fail(Error::storage(
+        fmt::format("cannot create {}: {}; check agent.state_dir", tmp, std::strerror(errno))));
   }
   Status s = writeAll(fd, data, tmp);
   if (s && ::fsync(fd) != 0) {
@@ -249,8 +252,8 @@ Status CheckpointStore::commit(const Checkpoint& cp, const source::ExpiryIndex& 
   }
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    return fail(Error::storage(fmt::format("cannot rename {} to {}: {}", tmp, path_,
-                                           std::strerror(errno))));
+    return fail(Error::storage(
+        fmt::format("cannot rename {} to {}: {}", tmp, path_, std::strerror(errno))));
   }
   // From here the new base counts; the old journal's records carry the old generation, so a
   // crash before the unlink below leaves them ignored.
@@ -270,8 +273,8 @@ Status CheckpointStore::commit(const Checkpoint& cp, const source::ExpiryIndex& 
 Status CheckpointStore::appendDelta(const Checkpoint& cp,
                                     const std::vector<source::ExpiryIndex::Op>& ops) {
   if (!has_base_) {
-    return fail(Error::storage(fmt::format(
-        "internal: checkpoint journal {} has no base image to follow", journal_path_)));
+    return fail(Error::storage(
+        fmt::format("internal: checkpoint journal {} has no base image to follow", journal_path_)));
   }
   if (journal_fd_ < 0) {
     journal_fd_ = ::open(journal_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -284,8 +287,8 @@ Status CheckpointStore::appendDelta(const Checkpoint& cp,
         ::lseek(journal_fd_, static_cast<off_t>(journal_bytes_), SEEK_SET) < 0) {
       const int err = errno;
       closeJournal();
-      return fail(Error::storage(
-          fmt::format("cannot prepare {}: {}", journal_path_, std::strerror(err))));
+      return fail(
+          Error::storage(fmt::format("cannot prepare {}: {}", journal_path_, std::strerror(err))));
     }
   }
   const std::string header = headerJson(pipeline_, cp).dump();
@@ -327,8 +330,8 @@ Status CheckpointStore::remove() {
   base_bytes_ = journal_bytes_ = 0;
   for (const std::string& p : {path_, journal_path_}) {
     if (::unlink(p.c_str()) != 0 && errno != ENOENT) {
-      return fail(Error::storage(fmt::format("cannot remove checkpoint {}: {}", p,
-                                             std::strerror(errno))));
+      return fail(
+          Error::storage(fmt::format("cannot remove checkpoint {}: {}", p, std::strerror(errno))));
     }
   }
   (void)syncDirectory();

@@ -33,9 +33,9 @@ namespace xdcr::replicator {
 
 struct Checkpoint {
   source::Position position;
-  int db = 0;                 // source db in effect at `position`
-  int64_t written_at_ms = 0;  // wall clock when written
-  std::string source_address; // which cluster it belongs to
+  int db = 0;                  // source db in effect at `position`
+  int64_t written_at_ms = 0;   // wall clock when written
+  std::string source_address;  // which cluster it belongs to
   /**
    * Target-loss marker tokens (marker.h): the one written to the target, after the data, just
    * before this checkpoint, and the one the next checkpoint will write. On reconnect the target
@@ -87,7 +87,7 @@ class CheckpointStore {
   std::string path_;
   std::string journal_path_;
   bool has_base_ = false;
-  uint64_t generation_ = 0;     // of the base image; the journal's records carry it
+  uint64_t generation_ = 0;  // of the base image; the journal's records carry it
   uint64_t base_bytes_ = 0;
   uint64_t journal_bytes_ = 0;  // valid length of the journal (a torn tail is beyond it)
   int journal_fd_ = -1;

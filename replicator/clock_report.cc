@@ -14,13 +14,18 @@
 namespace xdcr::replicator {
 namespace {
 
-double seconds(int64_t ns) { return double(ns) / 1e9; }
+double seconds(int64_t ns) {
+  return double(ns) / 1e9;
+}
 
 const char* actionName(config::SkewAction a) {
   switch (a) {
-    case config::SkewAction::Warn: return "warn";
-    case config::SkewAction::Pause: return "pause";
-    case config::SkewAction::Compensate: return "compensate";
+    case config::SkewAction::Warn:
+      return "warn";
+    case config::SkewAction::Pause:
+      return "pause";
+    case config::SkewAction::Compensate:
+      return "compensate";
   }
   return "warn";
 }
@@ -88,10 +93,9 @@ int runClockCommand(const config::ConfigConstSharedPtr& config, bool as_json) {
   net::io_context ioc(1);
   clock::SkewMonitor monitor(ioc.get_executor(), config);
   std::optional<clock::ClockReport> report;
-  net::co_spawn(ioc, monitor.checkOnce(),
-                [&](std::exception_ptr e, clock::ClockReport r) {
-                  if (!e) report = std::move(r);
-                });
+  net::co_spawn(ioc, monitor.checkOnce(), [&](std::exception_ptr e, clock::ClockReport r) {
+    if (!e) report = std::move(r);
+  });
   ioc.run();
   if (!report) {
     std::cerr << "xdcr-agent clock: the clock check failed unexpectedly\n";
@@ -134,18 +138,20 @@ int runClockCommand(const config::ConfigConstSharedPtr& config, bool as_json) {
 
   const auto& ntp = report->ntp;
   if (!ntp.configured) {
-    std::printf("NTP: no servers configured (clock.ntp_servers): clusters are compared with "
-                "each other and with this host only\n");
+    std::printf(
+        "NTP: no servers configured (clock.ntp_servers): clusters are compared with "
+        "each other and with this host only\n");
   } else {
     std::printf("NTP servers (%s)\n", cc.nts ? "NTS-authenticated" : "SNTP, unauthenticated");
-    std::printf("  %-28s %14s %12s %7s  %s\n", "SERVER", "OFFSET", "DELAY", "STRATUM",
-                "VERDICT");
+    std::printf("  %-28s %14s %12s %7s  %s\n", "SERVER", "OFFSET", "DELAY", "STRATUM", "VERDICT");
     for (const auto& s : ntp.servers) {
       if (s.ok) {
         std::printf("  %-28s %14s %12s %7d  %s\n", s.server.c_str(),
                     clock::formatOffset(s.offset_ns).c_str(),
                     clock::formatOffset(s.delay_ns).substr(1).c_str(), s.stratum,
-                    !ntp.ok ? "-" : s.truechimer ? "truechimer" : "falseticker");
+                    !ntp.ok        ? "-"
+                    : s.truechimer ? "truechimer"
+                                   : "falseticker");
       } else {
         std::printf("  %-28s %14s %12s %7s  error: %s\n", s.server.c_str(), "-", "-", "-",
                     s.error.c_str());
@@ -165,14 +171,13 @@ int runClockCommand(const config::ConfigConstSharedPtr& config, bool as_json) {
     const auto* cfg = config->cluster(name);
     const std::string addr = cfg != nullptr ? cfg->address() : "";
     if (!c.measured) {
-      std::printf("  %-20s %-24s %14s %14s %10s  error: %s\n", name.c_str(), addr.c_str(), "-",
-                  "-", "-", c.error.c_str());
+      std::printf("  %-20s %-24s %14s %14s %10s  error: %s\n", name.c_str(), addr.c_str(), "-", "-",
+                  "-", c.error.c_str());
       continue;
     }
     auto e = report->clusterErrorNs(name);
     std::printf("  %-20s %-24s %14s %14s %10s\n", name.c_str(), addr.c_str(),
-                clock::formatOffset(c.offset_ns).c_str(),
-                e ? clock::formatOffset(*e).c_str() : "-",
+                clock::formatOffset(c.offset_ns).c_str(), e ? clock::formatOffset(*e).c_str() : "-",
                 clock::formatOffset(c.rtt_ns).substr(1).c_str());
   }
   std::printf("PIPELINES (max_skew %lld ms, on_skew %s)\n  %-24s %14s  %s\n",
@@ -181,7 +186,9 @@ int runClockCommand(const config::ConfigConstSharedPtr& config, bool as_json) {
   for (const auto& [name, s] : skews) {
     std::printf("  %-24s %14s  %s\n", name.c_str(),
                 s.measured ? clock::formatOffset(s.delta_ns).c_str() : "-",
-                !s.measured ? s.reason.c_str() : s.exceeded ? ("OVER: " + s.reason).c_str() : "ok");
+                !s.measured  ? s.reason.c_str()
+                : s.exceeded ? ("OVER: " + s.reason).c_str()
+                             : "ok");
   }
   for (const auto& p : problems) std::printf("problem: %s\n", p.c_str());
   std::printf("clock: %s\n", status == 0   ? "all within max_skew"

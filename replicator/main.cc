@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/logging.h"
 #include "common/version.h"
@@ -25,11 +25,16 @@ constexpr int kExitConfig = 78;  // EX_CONFIG
 const char* levelName(xdcr::config::LogLevel l) {
   using L = xdcr::config::LogLevel;
   switch (l) {
-    case L::Trace: return "trace";
-    case L::Debug: return "debug";
-    case L::Info: return "info";
-    case L::Warn: return "warn";
-    case L::Error: return "error";
+    case L::Trace:
+      return "trace";
+    case L::Debug:
+      return "debug";
+    case L::Info:
+      return "info";
+    case L::Warn:
+      return "warn";
+    case L::Error:
+      return "error";
   }
   return "info";
 }

@@ -32,7 +32,9 @@ class Family {
   std::string_view name_;
 };
 
-std::string pl(const PipelineMetrics& p) { return "pipeline=\"" + escapeLabel(p.name) + "\""; }
+std::string pl(const PipelineMetrics& p) {
+  return "pipeline=\"" + escapeLabel(p.name) + "\"";
+}
 
 std::string quoted(std::string_view label, std::string_view value) {
   return fmt::format("{}=\"{}\"", label, escapeLabel(value));
@@ -205,7 +207,9 @@ void renderPipelineMetrics(std::string& out, const std::vector<PipelineMetrics>&
 
 }  // namespace
 
-std::span<const MetricRow> pipelineMetricRows() { return kRows; }
+std::span<const MetricRow> pipelineMetricRows() {
+  return kRows;
+}
 
 std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::ClockReport* clock) {
   std::string out;

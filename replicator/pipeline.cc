@@ -11,19 +11,24 @@ namespace xdcr::replicator {
 
 const char* stateName(PipelineState s) {
   switch (s) {
-    case PipelineState::Starting: return "starting";
-    case PipelineState::FullSync: return "full_sync";
-    case PipelineState::Streaming: return "streaming";
-    case PipelineState::Paused: return "paused";
-    case PipelineState::Reconnecting: return "reconnecting";
-    case PipelineState::Stopped: return "stopped";
+    case PipelineState::Starting:
+      return "starting";
+    case PipelineState::FullSync:
+      return "full_sync";
+    case PipelineState::Streaming:
+      return "streaming";
+    case PipelineState::Paused:
+      return "paused";
+    case PipelineState::Reconnecting:
+      return "reconnecting";
+    case PipelineState::Stopped:
+      return "stopped";
   }
   return "unknown";
 }
 
 Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
-                   const config::PipelineConfig& pipeline, const clock::Clock& clock,
-                   Limits limits)
+                   const config::PipelineConfig& pipeline, const clock::Clock& clock, Limits limits)
     : config_(std::move(config)),
       pipeline_(pipeline),
       source_cluster_(*config_->cluster(pipeline.source)),
@@ -39,11 +44,10 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
   if (config_->clock.on_skew != config::SkewAction::Warn) {
     // Deadlines must not be written with an unknown skew; the first clock check lifts this.
     skew_paused_ = true;
-    skew_pause_why_ = "waiting for the first clock measurement (clock.on_skew: " +
-                      std::string(config_->clock.on_skew == config::SkewAction::Pause
-                                      ? "pause"
-                                      : "compensate") +
-                      ")";
+    skew_pause_why_ =
+        "waiting for the first clock measurement (clock.on_skew: " +
+        std::string(config_->clock.on_skew == config::SkewAction::Pause ? "pause" : "compensate") +
+        ")";
   }
 }
 
@@ -70,10 +74,10 @@ Status Pipeline::open(source::ExpiryIndex& index) {
   resume_ = *cp;
   if (resume_ && !resume_->source_address.empty() &&
       resume_->source_address != source_cluster_.address()) {
-    spdlog::warn("pipeline {}: checkpoint {} was taken from source {}, now {}; starting over "
-                 "with a full resync",
-                 pipeline_.name, store_.path(), resume_->source_address,
-                 source_cluster_.address());
+    spdlog::warn(
+        "pipeline {}: checkpoint {} was taken from source {}, now {}; starting over "
+        "with a full resync",
+        pipeline_.name, store_.path(), resume_->source_address, source_cluster_.address());
     resume_.reset();
     index.clearAll();
   }
@@ -105,18 +109,20 @@ Result<uint64_t> Pipeline::checkMarkers(const target::MarkerState& m) {
   }
   if (m.present && (m.marker == resume_->marker || m.marker == resume_->next_marker)) {
     if (skip_until > 0) {
-      spdlog::info("pipeline {}: the target already applied the stream up to offset {} (its "
-                   "replay stamp); the replay from checkpoint offset {} skips that far",
-                   pipeline_.name, skip_until, resume_->position.offset);
+      spdlog::info(
+          "pipeline {}: the target already applied the stream up to offset {} (its "
+          "replay stamp); the replay from checkpoint offset {} skips that far",
+          pipeline_.name, skip_until, resume_->position.offset);
     }
     return skip_until;
   }
-  spdlog::warn("pipeline {}: target {} lost data the checkpoint at offset {} counts as written "
-               "(marker {} is {}, expected {} or {}): it restarted empty, from an older snapshot, "
-               "or failed over; starting a full resync",
-               pipeline_.name, target_cluster_.name, resume_->position.offset,
-               target::markerKey(pipeline_.name), m.present ? "\"" + m.marker + "\"" : "missing",
-               resume_->marker, resume_->next_marker);
+  spdlog::warn(
+      "pipeline {}: target {} lost data the checkpoint at offset {} counts as written "
+      "(marker {} is {}, expected {} or {}): it restarted empty, from an older snapshot, "
+      "or failed over; starting a full resync",
+      pipeline_.name, target_cluster_.name, resume_->position.offset,
+      target::markerKey(pipeline_.name), m.present ? "\"" + m.marker + "\"" : "missing",
+      resume_->marker, resume_->next_marker);
   ++stats_.target_loss_resyncs;
   resume_.reset();
   if (auto s = store_.remove(); !s) return fail(s.error());
@@ -162,7 +168,8 @@ void Pipeline::resume() {
 
 std::string Pipeline::pausedDetail() const {
   std::string out;
-  if (operator_paused_) out = "paused by the operator (POST /pipelines/" + pipeline_.name + "/resume)";
+  if (operator_paused_)
+    out = "paused by the operator (POST /pipelines/" + pipeline_.name + "/resume)";
   if (skew_paused_) out += (out.empty() ? "" : "; ") + skew_pause_why_;
   return out;
 }
@@ -175,8 +182,8 @@ void Pipeline::setSkewPause(bool on, const std::string& why) {
       spdlog::info("pipeline {}: clocks measured (target − source {}); starting", pipeline_.name,
                    clock::formatOffset(skew_.delta_ns));
     } else {
-      spdlog::info("pipeline {}: clock skew back within max_skew {} ms; resuming",
-                   pipeline_.name, config_->clock.max_skew.count());
+      spdlog::info("pipeline {}: clock skew back within max_skew {} ms; resuming", pipeline_.name,
+                   config_->clock.max_skew.count());
     }
   }
   skew_paused_ = on;
@@ -187,14 +194,16 @@ void Pipeline::setSkewPause(bool on, const std::string& why) {
 void Pipeline::setCompensation(int64_t ms) {
   if (ms != compensation_ms_) {
     if (ms == 0) {
-      spdlog::info("pipeline {}: clock skew back within max_skew {} ms; deadlines are no longer "
-                   "translated",
-                   pipeline_.name, config_->clock.max_skew.count());
+      spdlog::info(
+          "pipeline {}: clock skew back within max_skew {} ms; deadlines are no longer "
+          "translated",
+          pipeline_.name, config_->clock.max_skew.count());
     } else if (compensation_ms_ == 0 ||
                std::llabs(ms - compensation_ms_) * 10 > config_->clock.max_skew.count()) {
-      spdlog::warn("pipeline {}: compensating clock skew: every deadline is translated by {:+} ms "
-                   "into the target's clock ({})",
-                   pipeline_.name, ms, skew_.reason);
+      spdlog::warn(
+          "pipeline {}: compensating clock skew: every deadline is translated by {:+} ms "
+          "into the target's clock ({})",
+          pipeline_.name, ms, skew_.reason);
     }
   }
   compensation_ms_ = ms;
@@ -219,10 +228,11 @@ void Pipeline::onClockReport(const clock::ClockReport& report) {
       if (skew_.exceeded &&
           (!was_exceeded || now - last_skew_warning_ >= std::chrono::minutes(5))) {
         last_skew_warning_ = now;
-        spdlog::warn("pipeline {}: clock skew: {}; deadlines are replicated unchanged, so "
-                     "documents end {} ms {} on the target (clock.on_skew: warn)",
-                     pipeline_.name, skew_.reason, std::llabs(toMs(skew_.delta_ns)),
-                     skew_.delta_ns > 0 ? "early" : "late");
+        spdlog::warn(
+            "pipeline {}: clock skew: {}; deadlines are replicated unchanged, so "
+            "documents end {} ms {} on the target (clock.on_skew: warn)",
+            pipeline_.name, skew_.reason, std::llabs(toMs(skew_.delta_ns)),
+            skew_.delta_ns > 0 ? "early" : "late");
       } else if (!skew_.exceeded && was_exceeded) {
         spdlog::info("pipeline {}: clock skew back within max_skew {} ms", pipeline_.name,
                      cc.max_skew.count());

@@ -47,7 +47,8 @@ net::awaitable<void> readRunId(const config::ClusterConfig& cluster,
   } else if (auto r = co_await conn.callMany(info, timeout); !r) {
     why = r.error().message;
   } else if ((*r)[0].isError()) {
-    why = "INFO server refused: " + (*r)[0].str + "; grant the cluster's user +info (README, "
+    why = "INFO server refused: " + (*r)[0].str +
+          "; grant the cluster's user +info (README, "
           "Minimal ACLs) so that this check can run";
   } else {
     run_id = runIdOf((*r)[0].str);
@@ -55,9 +56,10 @@ net::awaitable<void> readRunId(const config::ClusterConfig& cluster,
   }
   conn.close();
   if (!why.empty()) {
-    spdlog::warn("start check: cannot read the run_id of cluster {} ({}), so it is not compared "
-                 "with the other clusters: {}",
-                 cluster.name, cluster.address(), why);
+    spdlog::warn(
+        "start check: cannot read the run_id of cluster {} ({}), so it is not compared "
+        "with the other clusters: {}",
+        cluster.name, cluster.address(), why);
   }
 }
 

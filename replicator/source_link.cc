@@ -89,9 +89,10 @@ void SourceLink::memberStopping() {
 
 void SourceLink::detach(Member& m, const std::string& why) {
   Pipeline* p = m.p;
-  spdlog::warn("pipeline {}: detached from the link it shared with {} other pipeline(s) of "
-               "source {}: {}; it continues on a link of its own from its last checkpoint",
-               p->name(), live() - 1, source_cluster_.name, why);
+  spdlog::warn(
+      "pipeline {}: detached from the link it shared with {} other pipeline(s) of "
+      "source {}: {}; it continues on a link of its own from its last checkpoint",
+      p->name(), live() - 1, source_cluster_.name, why);
   m.gone = true;
   m.pending.reset();
   if (m.sink) m.sink->close();
@@ -224,8 +225,8 @@ Status SourceLink::loadCheckpoints() {
     // Journal the index's changes from the loaded state on; without a checkpoint there is a
     // full sync first, whose end writes a whole image.
     index_.setJournaling(true);
-    spdlog::info("{}: resuming from checkpoint {}:{} ({} deadlines in the expiry index)",
-                 label(), resume_at_->replid, resume_at_->offset, index_.size());
+    spdlog::info("{}: resuming from checkpoint {}:{} ({} deadlines in the expiry index)", label(),
+                 resume_at_->replid, resume_at_->offset, index_.size());
   }
   return Status{};
 }
@@ -310,7 +311,8 @@ net::awaitable<Status> SourceLink::session() {
       index_.clearAll();
     }
     m.skip_until = *skip;
-    if (m.p->resumePoint() && resume_at_ && m.p->resumePoint()->position.offset > resume_at_->offset) {
+    if (m.p->resumePoint() && resume_at_ &&
+        m.p->resumePoint()->position.offset > resume_at_->offset) {
       // Ahead of the link: its target holds the stream up to its own checkpoint already.
       m.skip_until = std::max(m.skip_until, m.p->resumePoint()->position.offset);
     }
@@ -518,7 +520,8 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
     bool close = stopping_ || member_leaving_ || checkpoint_due_ || anyPaused() ||
                  index_.journalSize() >= limits_.checkpoint_every_changes;
     for (const auto& m : members_) {
-      if (!m.gone && (m.sink->groupUnits() >= limits_.max_group_units || m.sink->overLimits(false))) {
+      if (!m.gone &&
+          (m.sink->groupUnits() >= limits_.max_group_units || m.sink->overLimits(false))) {
         close = true;
       }
     }
@@ -573,7 +576,7 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
       auto r = co_await source.readMore();
       reading_source_ = false;
       if (!r) {
-        if (stopping_ || member_leaving_) continue;  // cancelled by a stop: drain
+        if (stopping_ || member_leaving_) continue;              // cancelled by a stop: drain
         if (r.error().kind == Error::Kind::Cancelled) continue;  // a checkpoint or a member
         co_return r;
       }
@@ -670,17 +673,19 @@ net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
       last_bytes = source.bytesRead();
       source_silence.feed(now);
     } else if (source_silence.expired(now)) {
-      co_return fail(Error::io(fmt::format("{}: source silent for {} s (it pings every 10 s); "
-                                           "reconnecting",
-                                           label(), seconds(limits_.source_silence))));
+      co_return fail(
+          Error::io(fmt::format("{}: source silent for {} s (it pings every 10 s); "
+                                "reconnecting",
+                                label(), seconds(limits_.source_silence))));
     }
     for (auto& m : members_) {
       if (m.gone) continue;
       const double stalled = m.sink->stalledSeconds();
       if (live() == 1 && stalled > seconds(limits_.target_stall)) {
-        co_return fail(Error::io(fmt::format("pipeline {}: target has not answered for {} s; "
-                                             "reconnecting",
-                                             m.p->name(), seconds(limits_.target_stall))));
+        co_return fail(
+            Error::io(fmt::format("pipeline {}: target has not answered for {} s; "
+                                  "reconnecting",
+                                  m.p->name(), seconds(limits_.target_stall))));
       }
       if (live() > 1 && stalled > seconds(limits_.detach_after) && reading_source_) {
         // Silent with commands in flight: the read loop detaches it at its next boundary.
@@ -837,9 +842,9 @@ net::awaitable<Status> SourceLink::checkpointAfterMarker(const source::Source& s
   co_return first_error;
 }
 
-void SourceLink::checkpointNow(const source::Source& source, Member& m, const std::string& marker,
-                               bool whole,
-                               const std::shared_ptr<const std::vector<source::ExpiryIndex::Op>>& ops) {
+void SourceLink::checkpointNow(
+    const source::Source& source, Member& m, const std::string& marker, bool whole,
+    const std::shared_ptr<const std::vector<source::ExpiryIndex::Op>>& ops) {
   Pipeline& p = *m.p;
   Checkpoint cp = makeCheckpoint(source, p);
   cp.marker = marker;
@@ -869,8 +874,7 @@ void SourceLink::checkpointNow(const source::Source& source, Member& m, const st
 
 // ---- the snapshot (SnapshotConsumer) ----------------------------------------------------------
 
-net::awaitable<Status> SourceLink::beginSnapshot(const source::Position& at,
-                                                 uint64_t total_bytes) {
+net::awaitable<Status> SourceLink::beginSnapshot(const source::Position& at, uint64_t total_bytes) {
   // The end writes a whole image for every member.
   index_.setJournaling(false);
   index_.clearAll();
@@ -921,24 +925,24 @@ void SourceLink::reportProgress(bool final) {
   for (auto& m : members_) {
     if (m.gone) continue;
     const SnapshotProgress& pr = m.p->mutableProgress();
-    std::string keys = pr.keys_total ? fmt::format("{}/{} keys ({:.0f}%)", pr.keys_done,
-                                                   pr.keys_total,
-                                                   100.0 * pr.keys_done / pr.keys_total)
-                                     : fmt::format("{} keys", pr.keys_done);
-    std::string bytes = pr.bytes_total ? fmt::format("{:.1f}/{:.1f} MB", pr.bytes_done / 1e6,
-                                                     pr.bytes_total / 1e6)
-                                       : fmt::format("{:.1f} MB", pr.bytes_done / 1e6);
+    std::string keys = pr.keys_total
+                           ? fmt::format("{}/{} keys ({:.0f}%)", pr.keys_done, pr.keys_total,
+                                         100.0 * pr.keys_done / pr.keys_total)
+                           : fmt::format("{} keys", pr.keys_done);
+    std::string bytes =
+        pr.bytes_total ? fmt::format("{:.1f}/{:.1f} MB", pr.bytes_done / 1e6, pr.bytes_total / 1e6)
+                       : fmt::format("{:.1f} MB", pr.bytes_done / 1e6);
     if (::isatty(STDERR_FILENO) == 1 && &m == &members_.front()) {
       // A progress bar for a person watching; logs get the same line every few seconds.
       const int width = 30;
-      const int filled =
-          pr.keys_total ? static_cast<int>(width * pr.keys_done / pr.keys_total) : 0;
+      const int filled = pr.keys_total ? static_cast<int>(width * pr.keys_done / pr.keys_total) : 0;
       std::fprintf(stderr, "\r[%s%s] %s, %s, %.0f s%s", std::string(filled, '=').c_str(),
                    std::string(width - filled, ' ').c_str(), keys.c_str(), bytes.c_str(), secs,
                    final ? "\n" : "");
       std::fflush(stderr);
     }
-    if (!final) spdlog::info("pipeline {}: full sync: {}, {}, {:.0f} s", m.p->name(), keys, bytes, secs);
+    if (!final)
+      spdlog::info("pipeline {}: full sync: {}, {}, {:.0f} s", m.p->name(), keys, bytes, secs);
   }
 }
 
@@ -965,9 +969,10 @@ net::awaitable<Status> SourceLink::endSnapshot() {
     PipelineStats& st = m.p->mutableStats();
     st.snapshot_keys_restored += c.restored;
     st.snapshot_keys_expired += c.expired;
-    spdlog::info("pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} "
-                 "bytes in {:.1f} s",
-                 m.p->name(), c.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs);
+    spdlog::info(
+        "pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} "
+        "bytes in {:.1f} s",
+        m.p->name(), c.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs);
   }
   co_return Status{};
 }

@@ -82,12 +82,12 @@ class SourceLink final : private source::SnapshotConsumer {
   struct Member {
     Pipeline* p = nullptr;
     std::unique_ptr<target::Sink> sink;
-    bool running = false;  // sink->run() has not returned yet
+    bool running = false;            // sink->run() has not returned yet
     bool release_when_done = false;  // stopped: hand the pipeline back once run() returns
-    bool gone = false;     // detached or left during this session
-    std::optional<Error> failed;  // sink->run() returned this
-    uint64_t skip_until = 0;      // units ending at or before this are not written again
-    MemberHold hold;              // what supervision saw last (replicator/supervision.h)
+    bool gone = false;               // detached or left during this session
+    std::optional<Error> failed;     // sink->run() returned this
+    uint64_t skip_until = 0;         // units ending at or before this are not written again
+    MemberHold hold;                 // what supervision saw last (replicator/supervision.h)
     std::optional<PendingCheckpoint> pending;
   };
   using Members = std::list<Member>;
@@ -130,8 +130,7 @@ class SourceLink final : private source::SnapshotConsumer {
   net::awaitable<Status> drain(Member& m, std::chrono::steady_clock::time_point deadline);
   net::awaitable<Status> checkpointAfterMarker(const source::Source& source,
                                                std::vector<Member*> which);
-  void checkpointNow(const source::Source& source, Member& m, const std::string& marker,
-                     bool whole,
+  void checkpointNow(const source::Source& source, Member& m, const std::string& marker, bool whole,
                      const std::shared_ptr<const std::vector<source::ExpiryIndex::Op>>& ops);
   void closeGroups(const source::Source& source);
   void updateLag(const source::Source& source);

@@ -71,10 +71,10 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
     pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
                              {"written_at_ms", p->lastCheckpointMs()}};
     const auto& fs = p->snapshotProgress();
-    pj["full_sync"] = {{"active", fs.active},          {"keys_done", fs.keys_done},
-                       {"keys_total", fs.keys_total},  {"bytes_done", fs.bytes_done},
+    pj["full_sync"] = {{"active", fs.active},           {"keys_done", fs.keys_done},
+                       {"keys_total", fs.keys_total},   {"bytes_done", fs.bytes_done},
                        {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
-                       {"expired", fs.expired},        {"failed", fs.failed},
+                       {"expired", fs.expired},         {"failed", fs.failed},
                        {"seconds", fs.seconds}};
     pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
     pj["last_error"] = p->lastError();

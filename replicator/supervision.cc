@@ -4,8 +4,8 @@
 
 namespace xdcr::replicator {
 
-std::string detachReason(MemberHold& m, bool others_free,
-                         std::chrono::steady_clock::time_point now, const Limits& limits) {
+std::string detachReason(MemberHold& m, bool others_free, std::chrono::steady_clock::time_point now,
+                         const Limits& limits) {
   if (m.failed) return "its target failed";
   if (!others_free) {
     m.held_since.reset();  // everyone waits: the source is faster than every target
@@ -23,9 +23,10 @@ std::string detachReason(MemberHold& m, bool others_free,
   if (!m.held_since) m.held_since = now;
   const double held = std::chrono::duration<double>(now - *m.held_since).count();
   if (held >= bound) {
-    return fmt::format("its target held the others back for {:.1f} s (over its unanswered "
-                       "limits)",
-                       held);
+    return fmt::format(
+        "its target held the others back for {:.1f} s (over its unanswered "
+        "limits)",
+        held);
   }
   return "";
 }

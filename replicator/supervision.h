@@ -59,8 +59,8 @@ class Watchdog {
  * before it has reaped its snapshot child and streams only after the next one), then
  * ack_period, like Redis's replicas.
  */
-inline std::chrono::steady_clock::duration ackPeriod(const Limits& limits,
-                                                     std::chrono::steady_clock::duration since_start) {
+inline std::chrono::steady_clock::duration ackPeriod(
+    const Limits& limits, std::chrono::steady_clock::duration since_start) {
   return since_start < limits.ack_early_phase ? limits.ack_period_early : limits.ack_period;
 }
 
@@ -82,7 +82,7 @@ struct MemberHold {
  * over its limits (the link waiting for it) for detach_after. So no pipeline is held back by
  * another for longer than detach_after (plus the caller's polling period).
  */
-std::string detachReason(MemberHold& m, bool others_free,
-                         std::chrono::steady_clock::time_point now, const Limits& limits);
+std::string detachReason(MemberHold& m, bool others_free, std::chrono::steady_clock::time_point now,
+                         const Limits& limits);
 
 }  // namespace xdcr::replicator

@@ -18,8 +18,8 @@
 #include "clock/redis_time.h"
 #include "common/redis_conn.h"
 #include "common/stats.h"
-#include "source/expiry_index.h"
 #include "filters/key_space.h"
+#include "source/expiry_index.h"
 #include "target/marker.h"
 #include "target/max_ttl.h"
 
@@ -30,24 +30,28 @@ namespace net = boost::asio;
 using Cmd = std::vector<std::string>;
 
 constexpr auto kTimeout = std::chrono::seconds(10);
-constexpr size_t kBatch = 100;       // keys per pipelined round trip
-constexpr int kScanCount = 500;      // SCAN COUNT: work per SCAN call on the server
+constexpr size_t kBatch = 100;   // keys per pipelined round trip
+constexpr int kScanCount = 500;  // SCAN COUNT: work per SCAN call on the server
 constexpr size_t kMaxExamples = 20;
 
 enum class Verdict { Ok, Missing, Value, Ttl, SourceGone, EndedByMaxTtl };
 
 const char* verdictName(Verdict v) {
   switch (v) {
-    case Verdict::Missing: return "missing";
-    case Verdict::Value: return "value";
-    case Verdict::Ttl: return "ttl";
-    default: return "ok";
+    case Verdict::Missing:
+      return "missing";
+    case Verdict::Value:
+      return "value";
+    case Verdict::Ttl:
+      return "ttl";
+    default:
+      return "ok";
   }
 }
 
 /** One side's view of a key. */
 struct KeyState {
-  std::string type;      // "none" when absent
+  std::string type;       // "none" when absent
   int64_t deadline = -1;  // PEXPIRETIME: -1 none
   resp::Value value;      // normalised (sets and hashes sorted)
 };
@@ -218,10 +222,9 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
     return Verdict::Missing;
   }
   if (s.type != t.type || !(s.value == t.value)) {
-    detail = s.type != t.type
-                 ? fmt::format("source type {}, target type {}", s.type, t.type)
-                 : fmt::format("{} differs: source {}, target {}", s.type, s.value.describe(),
-                               t.value.describe());
+    detail = s.type != t.type ? fmt::format("source type {}, target type {}", s.type, t.type)
+                              : fmt::format("{} differs: source {}, target {}", s.type,
+                                            s.value.describe(), t.value.describe());
     return Verdict::Value;
   }
   // The deadline the rules give, before any maxTTL: the source's (none with strip_ttl),
@@ -249,10 +252,17 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
 
 void Verifier::report(const KeyRef& k, Verdict v, const std::string& detail) {
   switch (v) {
-    case Verdict::Missing: ++missing_; break;
-    case Verdict::Value: ++values_; break;
-    case Verdict::Ttl: ++ttls_; break;
-    default: return;
+    case Verdict::Missing:
+      ++missing_;
+      break;
+    case Verdict::Value:
+      ++values_;
+      break;
+    case Verdict::Ttl:
+      ++ttls_;
+      break;
+    default:
+      return;
   }
   if (examples_.size() < kMaxExamples) {
     examples_.push_back({{"kind", verdictName(v)},
@@ -436,34 +446,40 @@ net::awaitable<int> Verifier::run() {
 
   const bool differences = missing_ + values_ + ttls_ > 0;
   if (opt_.json) {
-    nlohmann::json j = {{"pipeline", pipe_.name},     {"checked", checked_},
-                        {"missing", missing_},       {"value_mismatches", values_},
-                        {"ttl_mismatches", ttls_},   {"extra", extra_},
+    nlohmann::json j = {{"pipeline", pipe_.name},
+                        {"checked", checked_},
+                        {"missing", missing_},
+                        {"value_mismatches", values_},
+                        {"ttl_mismatches", ttls_},
+                        {"extra", extra_},
                         {"ended_by_max_ttl", ended_by_max_ttl_},
-                        {"source_gone", source_gone_}, {"skew_shift_ms", shift_ms_},
+                        {"source_gone", source_gone_},
+                        {"skew_shift_ms", shift_ms_},
                         {"examples", examples_}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("verify: %llu keys checked, %llu missing, %llu value mismatches, %llu ttl "
-                "mismatches, %llu extra\n",
-                static_cast<unsigned long long>(checked_),
-                static_cast<unsigned long long>(missing_),
-                static_cast<unsigned long long>(values_), static_cast<unsigned long long>(ttls_),
-                static_cast<unsigned long long>(extra_));
+    std::printf(
+        "verify: %llu keys checked, %llu missing, %llu value mismatches, %llu ttl "
+        "mismatches, %llu extra\n",
+        static_cast<unsigned long long>(checked_), static_cast<unsigned long long>(missing_),
+        static_cast<unsigned long long>(values_), static_cast<unsigned long long>(ttls_),
+        static_cast<unsigned long long>(extra_));
     for (const auto& e : examples_) {
       std::printf("  %-7s %s -> %s: %s\n", e["kind"].get<std::string>().c_str(),
                   e["source"].get<std::string>().c_str(), e["target"].get<std::string>().c_str(),
                   e["detail"].get<std::string>().c_str());
     }
     if (ended_by_max_ttl_ > 0) {
-      std::printf("verify: %llu source key(s) absent on the target where max_ttl may have ended "
-                  "them (not counted as missing)\n",
-                  static_cast<unsigned long long>(ended_by_max_ttl_));
+      std::printf(
+          "verify: %llu source key(s) absent on the target where max_ttl may have ended "
+          "them (not counted as missing)\n",
+          static_cast<unsigned long long>(ended_by_max_ttl_));
     }
     if (shift_ms_ != 0) {
-      std::printf("verify: deadlines expected translated by %+lld ms (clock.on_skew: "
-                  "compensate, measured skew)\n",
-                  static_cast<long long>(shift_ms_));
+      std::printf(
+          "verify: deadlines expected translated by %+lld ms (clock.on_skew: "
+          "compensate, measured skew)\n",
+          static_cast<long long>(shift_ms_));
     }
   }
   co_return differences ? 1 : 0;

@@ -27,11 +27,11 @@ namespace xdcr::replicator {
 struct VerifyOptions {
   std::string pipeline;
   std::chrono::milliseconds ttl_tolerance{1000};
-  uint64_t sample = 0;      // 0 = every key; else about this many, spread over the key space
-  double rate = 5000;       // keys per second at most (both clusters together see 2–3 commands a key)
-  int rechecks = 3;         // how often a differing key is read again before it counts
+  uint64_t sample = 0;  // 0 = every key; else about this many, spread over the key space
+  double rate = 5000;   // keys per second at most (both clusters together see 2–3 commands a key)
+  int rechecks = 3;     // how often a differing key is read again before it counts
   std::chrono::milliseconds recheck_delay{1000};
-  bool json = false;        // the summary and examples as JSON on stdout
+  bool json = false;  // the summary and examples as JSON on stdout
 };
 
 /** Exit status: 0 in sync, 1 differences, 2 cannot connect, 78 invalid pipeline name. */

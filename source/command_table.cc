@@ -177,17 +177,17 @@ void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t 
 bool isReplayUnsafe(const CommandSpec* spec) {
   if (spec == nullptr) return true;  // unknown: assume the worst
   static constexpr std::string_view kUnsafe[] = {
-      "incr",     "decr",      "incrby",       "decrby",  "incrbyfloat",     "append",
-      "bitfield", "hincrby",   "hincrbyfloat", "lpush",   "rpush",           "lpushx",
-      "rpushx",   "lpop",      "rpop",         "linsert", "lrem",            "ltrim",
-      "lmove",    "rpoplpush", "zincrby",      "zremrangebyrank", "zpopmin", "zpopmax",
+      "incr",     "decr",      "incrby",       "decrby",          "incrbyfloat", "append",
+      "bitfield", "hincrby",   "hincrbyfloat", "lpush",           "rpush",       "lpushx",
+      "rpushx",   "lpop",      "rpop",         "linsert",         "lrem",        "ltrim",
+      "lmove",    "rpoplpush", "zincrby",      "zremrangebyrank", "zpopmin",     "zpopmax",
       "xclaim",   "xautoclaim"};
   // One flag per table entry, computed once: this runs for every applied command.
   static const auto flags = [] {
     std::array<bool, std::size(kCommands)> f{};
     for (size_t i = 0; i < f.size(); ++i) {
-      f[i] = std::find(std::begin(kUnsafe), std::end(kUnsafe), kCommands[i].name) !=
-             std::end(kUnsafe);
+      f[i] =
+          std::find(std::begin(kUnsafe), std::end(kUnsafe), kCommands[i].name) != std::end(kUnsafe);
     }
     return f;
   }();

@@ -11,33 +11,33 @@ namespace xdcr::source {
 
 /** The effect class of a stream command; drives the expiry index and the target write. */
 enum class Effect : uint8_t {
-  Set,        // SET k v [PXAT E | KEEPTTL] [NX|XX]: E explicit, 0, or keep
-  SetNoTtl,   // MSET/MSETNX (key value pairs), SETNX, GETSET: written with E = 0
-  Store,      // overwriting *STORE commands: the destination (first key) gets E = 0
-  InPlace,    // HSET, INCR, LPUSH, ...: modifies values, leaves the deadline alone
-  ExpireAt,   // PEXPIREAT k E [NX|XX|GT|LT]
-  Persist,    // PERSIST k
-  Delete,     // DEL/UNLINK k...: a deletion or an expiration (classified per key)
-  Restore,    // RESTORE k E payload [ABSTTL] [REPLACE] [IDLETIME n] [FREQ n]
-  Rename,     // RENAME/RENAMENX a b: b takes a's deadline
-  Copy,       // COPY a b [DB n] [REPLACE]: b gets a's deadline
-  Move,       // MOVE k db: k moves to another db with its deadline
-  SwapDb,     // SWAPDB a b: two whole dbs trade places
-  Flush,      // FLUSHDB / FLUSHALL [ASYNC|SYNC]
-  Select,     // SELECT db
-  Multi,      // transaction start
-  Exec,       // transaction end
-  Heartbeat,  // ping, REPLCONF GETACK: no effect on data
-  Unknown,    // not in the table: forwarded verbatim and counted
+  Set,          // SET k v [PXAT E | KEEPTTL] [NX|XX]: E explicit, 0, or keep
+  SetNoTtl,     // MSET/MSETNX (key value pairs), SETNX, GETSET: written with E = 0
+  Store,        // overwriting *STORE commands: the destination (first key) gets E = 0
+  InPlace,      // HSET, INCR, LPUSH, ...: modifies values, leaves the deadline alone
+  ExpireAt,     // PEXPIREAT k E [NX|XX|GT|LT]
+  Persist,      // PERSIST k
+  Delete,       // DEL/UNLINK k...: a deletion or an expiration (classified per key)
+  Restore,      // RESTORE k E payload [ABSTTL] [REPLACE] [IDLETIME n] [FREQ n]
+  Rename,       // RENAME/RENAMENX a b: b takes a's deadline
+  Copy,         // COPY a b [DB n] [REPLACE]: b gets a's deadline
+  Move,         // MOVE k db: k moves to another db with its deadline
+  SwapDb,       // SWAPDB a b: two whole dbs trade places
+  Flush,        // FLUSHDB / FLUSHALL [ASYNC|SYNC]
+  Select,       // SELECT db
+  Multi,        // transaction start
+  Exec,         // transaction end
+  Heartbeat,    // ping, REPLCONF GETACK: no effect on data
+  Unknown,      // not in the table: forwarded verbatim and counted
   SnapshotKey,  // not a command: one key of a full sync's snapshot (Change::rdb), a create
 };
 
 /** Where a command's keys are (beyond the simple range). */
 enum class KeyLayout : uint8_t {
-  Range,    // args[first], args[first+step], ... args[last] (last < 0: from the end)
-  NumKeys,  // ZUNIONSTORE dst numkeys k1..kn: dst at `first`, the count right after it
-  StoreOpt, // SORT / GEORADIUS[BYMEMBER] key ... [STORE|STOREDIST dst]: the destination follows
-            // the option (none: a read, nothing to replicate)
+  Range,     // args[first], args[first+step], ... args[last] (last < 0: from the end)
+  NumKeys,   // ZUNIONSTORE dst numkeys k1..kn: dst at `first`, the count right after it
+  StoreOpt,  // SORT / GEORADIUS[BYMEMBER] key ... [STORE|STOREDIST dst]: the destination follows
+             // the option (none: a read, nothing to replicate)
 };
 
 /**

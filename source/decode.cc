@@ -80,8 +80,10 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
           if (i + 1 >= argc || !toInt(e.args[i + 1], v)) return bad("bad SET expiry value");
           ++i;
           // Redis 7.0 only propagates PXAT; the others come from older sources.
-          deadline = abs_ms ? v : abs_s ? v * 1000 : rel_ms ? source_now_ms + v
-                                                             : source_now_ms + v * 1000;
+          deadline = abs_ms   ? v
+                     : abs_s  ? v * 1000
+                     : rel_ms ? source_now_ms + v
+                              : source_now_ms + v * 1000;
           if (deadline <= 0) deadline = 1;  // an absolute time in the past, not "no expiry"
           rule = DeadlineRule::Explicit;
         }
@@ -101,8 +103,8 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
     case Effect::ExpireAt: {
       int64_t v = 0;
       if (argc < 3 || !toInt(e.args[2], v)) return bad("bad PEXPIREAT deadline");
-      c.events.push_back(keyEvent(EventKind::ExpiryChange, DeadlineRule::Explicit, db, e, 1,
-                                  v > 0 ? v : 1));
+      c.events.push_back(
+          keyEvent(EventKind::ExpiryChange, DeadlineRule::Explicit, db, e, 1, v > 0 ? v : 1));
       return true;
     }
     case Effect::Persist:

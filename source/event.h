@@ -32,16 +32,16 @@ enum class DeadlineRule : uint8_t {
 struct Event {
   EventKind kind = EventKind::Other;
   DeadlineRule rule = DeadlineRule::None;
-  int db = 0;              // source db
-  std::string_view key;    // source key; empty for keyless events
-  uint16_t key_arg = 0;    // position of `key` in the command's args (0 = keyless)
-  int64_t deadline_ms = 0; // E: absolute epoch ms in the SOURCE clock domain; 0 = none
+  int db = 0;                 // source db
+  std::string_view key;       // source key; empty for keyless events
+  uint16_t key_arg = 0;       // position of `key` in the command's args (0 = keyless)
+  int64_t deadline_ms = 0;    // E: absolute epoch ms in the SOURCE clock domain; 0 = none
   std::string_view from_key;  // RENAME/COPY: the source key whose deadline moves
   int from_db = 0;
   // Set by the resolver (false: a no-op at the source, e.g. a DEL of a key that had already
   // expired) and then by filters/ (false: not replicated to this pipeline's target).
   bool pass = true;
-  bool stripped = false;      // strip_ttl removed a deadline / expiry change
+  bool stripped = false;  // strip_ttl removed a deadline / expiry change
 };
 
 /** The value of one snapshot key: the RDB's raw value bytes, written as a RESTORE payload. */
@@ -60,8 +60,8 @@ struct Change {
   const RdbPayload* rdb = nullptr;    // Effect::SnapshotKey: the key's value
   const CommandSpec* spec = nullptr;  // nullptr: a command not in the table
   Effect effect = Effect::Unknown;
-  int db = 0;                         // source db the command ran in
-  std::vector<Event> events;          // reused between entries
+  int db = 0;                 // source db the command ran in
+  std::vector<Event> events;  // reused between entries
   /** Positions of every key the command names (written first, then read ones): keyPositions(). */
   std::vector<uint16_t> key_args;
 

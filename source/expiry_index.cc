@@ -8,7 +8,7 @@
 namespace xdcr::source {
 namespace {
 
-constexpr size_t kMinSlots = 8;  // a shard's first table
+constexpr size_t kMinSlots = 8;               // a shard's first table
 constexpr uint32_t kImageMagic = 0x58494458;  // "XIDX"
 constexpr uint32_t kImageVersion = 1;
 
@@ -363,11 +363,10 @@ bool ExpiryIndex::replayOps(std::string_view in) {
     getRaw(in, op.db);
     getRaw(in, op.hash);
     getRaw(in, op.value);
-    const bool ok =
-        op.db <= 1'000'000 &&
-        ((op.kind == Op::Put && op.hash != 0 && op.value != 0) ||
-         (op.kind == Op::Remove && op.hash != 0) || op.kind == Op::ClearDb ||
-         (op.kind == Op::SwapDbs && op.hash <= 1'000'000) || op.kind == Op::ClearAll);
+    const bool ok = op.db <= 1'000'000 &&
+                    ((op.kind == Op::Put && op.hash != 0 && op.value != 0) ||
+                     (op.kind == Op::Remove && op.hash != 0) || op.kind == Op::ClearDb ||
+                     (op.kind == Op::SwapDbs && op.hash <= 1'000'000) || op.kind == Op::ClearAll);
     if (!ok) return false;
     ops.push_back(op);
   }

@@ -6,8 +6,8 @@
 // Memory: only keys with a deadline (or a tombstone) are held, as a 64-bit hash of the key and a
 // 64-bit value, in open-addressing tables (1,024 shards per db): 16 bytes a slot, at most 3/4
 // full, grown by 7/16 (not doubled) so that a shard is never less than 52 % full: at most ~31
-// bytes a deadline (issue 8's budget is 32), ~27 measured. Two keys whose hashes collide (probability ~n^2/2^65)
-// would share a deadline; that is the price of not storing keys.
+// bytes a deadline (issue 8's budget is 32), ~27 measured. Two keys whose hashes collide
+// (probability ~n^2/2^65) would share a deadline; that is the price of not storing keys.
 //
 // Journal: while journaling is on, every change is also recorded as an Op, so that a checkpoint
 // can persist what changed since the last one (CheckpointStore::appendDelta) instead of the
@@ -133,7 +133,7 @@ class ExpiryIndex {
   bool journaling_ = false;
   bool journal_lost_ = false;
   std::vector<Op> journal_;
-  size_t purge_db_ = 0;    // purgeTombstonesStep's cursor
+  size_t purge_db_ = 0;  // purgeTombstonesStep's cursor
   size_t purge_shard_ = 0;
   size_t purge_slot_ = 0;
 };

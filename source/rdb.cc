@@ -32,9 +32,9 @@ const CrcTables& tables() {
 }
 
 // ---- opcodes and types (src/rdb.h) ----
-constexpr uint8_t kOpFunction2 = 0xF5, kOpFunctionPreGa = 0xF6, kOpModuleAux = 0xF7,
-                  kOpIdle = 0xF8, kOpFreq = 0xF9, kOpAux = 0xFA, kOpResizeDb = 0xFB,
-                  kOpExpireMs = 0xFC, kOpExpireS = 0xFD, kOpSelectDb = 0xFE, kOpEof = 0xFF;
+constexpr uint8_t kOpFunction2 = 0xF5, kOpFunctionPreGa = 0xF6, kOpModuleAux = 0xF7, kOpIdle = 0xF8,
+                  kOpFreq = 0xF9, kOpAux = 0xFA, kOpResizeDb = 0xFB, kOpExpireMs = 0xFC,
+                  kOpExpireS = 0xFD, kOpSelectDb = 0xFE, kOpEof = 0xFF;
 constexpr uint64_t kMaxStringLength = 1ULL << 32;  // far above proto-max-bulk-len
 constexpr uint64_t kMaxKeyLength = 512ULL << 20;
 constexpr uint64_t kLzfMaxExpansion = 88;
@@ -157,7 +157,8 @@ class Cursor {
         if (out) {
           int64_t v = 0;
           if (width == 1) {
-            v = static_cast<int8_t>(raw[0]);  // NOLINT(bugprone-signed-char-misuse): RDB INT8 is signed
+            v = static_cast<int8_t>(
+                raw[0]);  // NOLINT(bugprone-signed-char-misuse): RDB INT8 is signed
           } else if (width == 2) {
             int16_t x;
             std::memcpy(&x, raw.data(), 2);
@@ -186,8 +187,8 @@ class Cursor {
         if (out) {
           if (ulen > max_len) return fail("LZF string too long to decode");
           storage->resize(ulen);
-          if (ulen > 0 && lzf_decompress(comp.data(), static_cast<unsigned>(clen),
-                                         storage->data(), static_cast<unsigned>(ulen)) != ulen) {
+          if (ulen > 0 && lzf_decompress(comp.data(), static_cast<unsigned>(clen), storage->data(),
+                                         static_cast<unsigned>(ulen)) != ulen) {
             return fail("LZF data does not decompress");
           }
           *out = *storage;
@@ -205,7 +206,8 @@ class Cursor {
       uint64_t op = 0;
       if (!length(op)) return false;
       switch (op) {
-        case 0: return true;  // EOF
+        case 0:
+          return true;  // EOF
         case 1:
         case 2: {
           uint64_t v = 0;
@@ -231,19 +233,19 @@ class Cursor {
   bool value(uint8_t type) {
     uint64_t n = 0;
     switch (type) {
-      case 0:  // STRING
-      case 9:  // HASH_ZIPMAP
-      case 10: // LIST_ZIPLIST
-      case 11: // SET_INTSET
-      case 12: // ZSET_ZIPLIST
-      case 13: // HASH_ZIPLIST
-      case 16: // HASH_LISTPACK
-      case 17: // ZSET_LISTPACK
-      case 20: // SET_LISTPACK (RDB 11)
+      case 0:   // STRING
+      case 9:   // HASH_ZIPMAP
+      case 10:  // LIST_ZIPLIST
+      case 11:  // SET_INTSET
+      case 12:  // ZSET_ZIPLIST
+      case 13:  // HASH_ZIPLIST
+      case 16:  // HASH_LISTPACK
+      case 17:  // ZSET_LISTPACK
+      case 20:  // SET_LISTPACK (RDB 11)
         return string();
-      case 1:  // LIST
-      case 2:  // SET
-      case 14: // LIST_QUICKLIST
+      case 1:   // LIST
+      case 2:   // SET
+      case 14:  // LIST_QUICKLIST
         if (!count(n)) return false;
         for (uint64_t i = 0; i < n; ++i) {
           if (!string()) return false;
@@ -309,7 +311,7 @@ class Cursor {
     if (!count(groups)) return false;
     for (uint64_t g = 0; g < groups; ++g) {
       if (!string() || !length(v) || !length(v)) return false;  // name, last ID
-      if (type >= 19 && !length(v)) return false;              // entries_read
+      if (type >= 19 && !length(v)) return false;               // entries_read
       uint64_t pel = 0;
       if (!count(pel)) return false;
       for (uint64_t i = 0; i < pel; ++i) {
@@ -344,9 +346,8 @@ uint64_t crc64(uint64_t crc, const void* data, size_t n) {
     uint64_t w;
     std::memcpy(&w, p, 8);
     w ^= crc;
-    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^
-          t[4][(w >> 24) & 0xff] ^ t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^
-          t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
+    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
+          t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^ t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
     p += 8;
     n -= 8;
   }
@@ -407,8 +408,8 @@ Result Walker::next(std::string_view data, Item& item) {
   switch (op) {
     case kOpAux: {
       item.kind = ItemKind::Aux;
-      bool ok = c.string(&item.aux_key, &aux_storage_[0]) &&
-                c.string(&item.aux_value, &aux_storage_[1]);
+      bool ok =
+          c.string(&item.aux_key, &aux_storage_[0]) && c.string(&item.aux_value, &aux_storage_[1]);
       return outcome(ok);
     }
     case kOpFunction2:

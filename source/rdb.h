@@ -39,12 +39,12 @@ struct Item {
   uint64_t expires_size = 0;
   std::string_view aux_key;
   std::string_view aux_value;
-  uint8_t type = 0;          // value type byte
-  std::string_view key;      // decoded key
-  std::string_view value;    // raw value bytes, exactly as in the RDB
-  int64_t expire_ms = 0;     // absolute, source clock; 0 = none
-  int64_t idle_s = -1;       // LRU idle time, -1 = none
-  int freq = -1;             // LFU counter, -1 = none
+  uint8_t type = 0;        // value type byte
+  std::string_view key;    // decoded key
+  std::string_view value;  // raw value bytes, exactly as in the RDB
+  int64_t expire_ms = 0;   // absolute, source clock; 0 = none
+  int64_t idle_s = -1;     // LRU idle time, -1 = none
+  int freq = -1;           // LFU counter, -1 = none
 };
 
 struct Result {

@@ -8,7 +8,9 @@ namespace xdcr::source {
 RedisShardSource::RedisShardSource(net::any_io_executor ex, const config::ClusterConfig& cluster,
                                    std::string label, ExpiryIndex& index,
                                    const clock::ClusterClock& source_clock)
-    : label_(label), redis_(std::move(ex), cluster, std::move(label)), resolver_(index, source_clock) {}
+    : label_(label),
+      redis_(std::move(ex), cluster, std::move(label)),
+      resolver_(index, source_clock) {}
 
 net::awaitable<Result<SyncKind>> RedisShardSource::start(const Position* resume, int resume_db,
                                                          SnapshotConsumer& consumer) {
@@ -36,7 +38,9 @@ Result<bool> RedisShardSource::nextUnit(ResolvedUnit& out) {
   return true;
 }
 
-void RedisShardSource::consume(const ResolvedUnit&) { redis_.consume(unit_); }
+void RedisShardSource::consume(const ResolvedUnit&) {
+  redis_.consume(unit_);
+}
 
 net::awaitable<Status> RedisShardSource::begin(const Position& at, uint64_t total_bytes) {
   co_return co_await consumer_->beginSnapshot(at, total_bytes);
@@ -79,16 +83,18 @@ net::awaitable<Result<size_t>> RedisShardSource::data(std::string_view available
         consumer_->snapshotProgress(0, r.consumed);
         // The views into `available` stay valid while the consumer waits: nothing else touches
         // the source's buffer meanwhile.
-        if (auto s = co_await consumer_->snapshotUnit(snapshot_unit_); !s) co_return fail(s.error());
+        if (auto s = co_await consumer_->snapshotUnit(snapshot_unit_); !s)
+          co_return fail(s.error());
         continue;
       }
       case rdb::ItemKind::ResizeDb:
         announced = item.db_size;
         break;
       case rdb::ItemKind::Function:
-        spdlog::warn("{}: the snapshot holds a function library; functions are not replicated "
-                     "(load them on the target yourself)",
-                     label_);
+        spdlog::warn(
+            "{}: the snapshot holds a function library; functions are not replicated "
+            "(load them on the target yourself)",
+            label_);
         break;
       default:
         break;

@@ -16,8 +16,8 @@ namespace xdcr::source {
 class RedisShardSource final : public Source, private SnapshotSink {
  public:
   /** `index` and `source_clock` outlive the source (they belong to the link). */
-  RedisShardSource(net::any_io_executor ex, const config::ClusterConfig& cluster,
-                   std::string label, ExpiryIndex& index, const clock::ClusterClock& source_clock);
+  RedisShardSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
+                   ExpiryIndex& index, const clock::ClusterClock& source_clock);
 
   // Source
   net::awaitable<Result<SyncKind>> start(const Position* resume, int resume_db,

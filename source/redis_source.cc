@@ -80,8 +80,8 @@ net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, Snap
     auto sp = rest.find(' ');
     uint64_t off = 0;
     if (sp != 40 || !parseU64(rest.substr(sp + 1), off)) {
-      co_return fail(Error::protocol(fmt::format("{}: malformed FULLRESYNC reply \"{}\"", label,
-                                                 reply)));
+      co_return fail(
+          Error::protocol(fmt::format("{}: malformed FULLRESYNC reply \"{}\"", label, reply)));
     }
     pos_.replid = std::string(rest.substr(0, sp));
     pos_.offset = off;
@@ -97,9 +97,9 @@ net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, Snap
     co_return SyncKind::Full;
   }
   if (reply.rfind("-NOPERM", 0) == 0 || reply.rfind("-NOAUTH", 0) == 0) {
-    co_return fail(Error::auth(fmt::format(
-        "{}: PSYNC refused: {}; grant the replication user +psync +replconf +ping", label,
-        reply.substr(1))));
+    co_return fail(Error::auth(
+        fmt::format("{}: PSYNC refused: {}; grant the replication user +psync +replconf +ping",
+                    label, reply.substr(1))));
   }
   co_return fail(Error::refused(fmt::format("{}: PSYNC refused: \"{}\"", label, reply)));
 }
@@ -114,9 +114,9 @@ net::awaitable<Status> RedisSource::receiveSnapshot(SnapshotSink& sink) {
     auto n = co_await sink.data(avail, last);
     if (!n) co_return n;
     if (last && *n != avail.size()) {
-      co_return fail(Error::protocol(fmt::format(
-          "{}: snapshot ended with {} bytes that are not a complete item", label,
-          avail.size() - *n)));
+      co_return fail(Error::protocol(
+          fmt::format("{}: snapshot ended with {} bytes that are not a complete item", label,
+                      avail.size() - *n)));
     }
     buf.consume(*n);
     co_return n;
@@ -228,9 +228,9 @@ Result<bool> RedisSource::nextUnit(Unit& u) {
     case UnitFramer::Status::Error:
       break;
   }
-  return fail(Error::protocol(fmt::format(
-      "{}: malformed replication stream {}; the connection will be re-established", conn_.label(),
-      error)));
+  return fail(Error::protocol(
+      fmt::format("{}: malformed replication stream {}; the connection will be re-established",
+                  conn_.label(), error)));
 }
 
 void RedisSource::consume(const Unit& unit) {

@@ -11,10 +11,7 @@ using source::Event;
 
 Applier::Applier(const MaxTtlPolicy& policy, const filters::KeySpace& keys,
                  const clock::ClusterClock& target_clock, PipelineStats& stats)
-    : policy_(policy),
-      keys_(keys),
-      target_clock_(target_clock),
-      stats_(stats) {}
+    : policy_(policy), keys_(keys), target_clock_(target_clock), stats_(stats) {}
 
 void Applier::beginUnit(bool transaction) {
   transaction_ = transaction;

@@ -90,7 +90,7 @@ class Applier {
   int64_t clamp(int64_t e, const Dest& d, int64_t now);
 
   void ensureDb(int db);
-  void resetEntry();  // before an entry's first command
+  void resetEntry();      // before an entry's first command
   void cmd(size_t argc);  // starts a command of argc args in the entry buffer
   void bulk(std::string_view s) { resp::appendBulk(entry_, s); }
   void bulkKey(const Dest& d);
@@ -114,17 +114,17 @@ class Applier {
   PipelineStats& stats_;
   int64_t compensation_ms_ = 0;
 
-  int target_db_ = 0;       // db selected on the target connection
+  int target_db_ = 0;  // db selected on the target connection
   bool transaction_ = false;
   bool unit_unsafe_ = false;
   bool unit_wrapped_ = false;  // unit_ is one entry in a MULTI/EXEC of its own (endEntry)
   size_t unit_multi_at_ = 0;   // where that MULTI starts in unit_ (after a SELECT ahead)
   bool group_open_ = false;    // a stamped group's MULTI was appended (appendUnitToGroup)
-  std::string unit_;        // the unit's commands so far
+  std::string unit_;           // the unit's commands so far
   size_t unit_cmds_ = 0;
-  std::string entry_;       // the current entry's commands
+  std::string entry_;  // the current entry's commands
   size_t entry_cmds_ = 0;
-  std::string select_;      // SELECT emitted for the current entry (before its MULTI)
+  std::string select_;  // SELECT emitted for the current entry (before its MULTI)
   size_t select_cmds_ = 0;
   std::string key_scratch_;
 };

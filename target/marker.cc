@@ -12,10 +12,9 @@ namespace {
 
 // When this process started, in the tokens it writes: of two agents writing one pipeline's
 // marker, the one that started later gives way (markerWriterIsNewer).
-const int64_t kProcessStartMs =
-    std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::system_clock::now().time_since_epoch())
-        .count();
+const int64_t kProcessStartMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
 
 /** The start time in a token, 0 for the plain random tokens of earlier versions. */
 int64_t startOf(std::string_view token) {

@@ -24,7 +24,9 @@ inline std::string markerKey(std::string_view pipeline) {
 inline std::string appliedStampKey(std::string_view pipeline) {
   return markerKey(pipeline) + ":applied";
 }
-inline bool isMarkerKey(std::string_view key) { return key.substr(0, kMarkerPrefix.size()) == kMarkerPrefix; }
+inline bool isMarkerKey(std::string_view key) {
+  return key.substr(0, kMarkerPrefix.size()) == kMarkerPrefix;
+}
 
 /**
  * A fresh token: "<this process's start, epoch ms, hex>.<16 random hex digits>". The start time

@@ -43,7 +43,7 @@ class MaxTtlPolicy {
   struct Collection {
     std::string name;
     std::string glob;
-    std::string prefix;   // when glob is "<literal prefix>*": a fast path
+    std::string prefix;  // when glob is "<literal prefix>*": a fast path
     bool prefix_only = false;
     int64_t max_ttl_ms;  // 0 = inherit
   };

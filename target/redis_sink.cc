@@ -91,8 +91,8 @@ void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
 
 void RedisSink::closeGroup(std::string_view replid) {
   if (!applier_.groupOpen()) return;
-  group_cmds_ += applier_.closeGroup(target_.pending(), stamp_key_,
-                                     fmt::format("{}:{}", replid, group_end_));
+  group_cmds_ +=
+      applier_.closeGroup(target_.pending(), stamp_key_, fmt::format("{}:{}", replid, group_end_));
   target_.commit(group_cmds_, group_end_);
   group_cmds_ = 0;
   group_units_ = 0;
@@ -150,11 +150,12 @@ void RedisSink::applySnapshotKey(const source::Change& c) {
     ++stats_.snapshot_keys_failed;
     uint64_t suppressed = 0;
     if (fail_log_.allow(suppressed)) {
-      spdlog::error("{}: key \"{}\" (db {}) is {} bytes, over the target's proto-max-bulk-len of "
-                    "{}: NOT copied; raise proto-max-bulk-len on the target and restart the agent "
-                    "to retry{}",
-                    label_, ev.key, ev.db, payload, target_.maxBulkLength(),
-                    suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+      spdlog::error(
+          "{}: key \"{}\" (db {}) is {} bytes, over the target's proto-max-bulk-len of "
+          "{}: NOT copied; raise proto-max-bulk-len on the target and restart the agent "
+          "to retry{}",
+          label_, ev.key, ev.db, payload, target_.maxBulkLength(),
+          suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
     }
     return;
   }
@@ -174,9 +175,10 @@ net::awaitable<Result<uint64_t>> RedisSink::deleteStaleKeys(uint64_t offset) {
   auto deleted = co_await target::deleteStaleKeys(label_, target_cluster_, filter_.keySpace(),
                                                   snapshot_keys_, applier_, target_, offset);
   if (deleted) {
-    spdlog::info("pipeline {}: full_sync.delete_stale_keys: deleted {} target key(s) the snapshot "
-                 "of {} key(s) did not hold",
-                 pipeline_.name, *deleted, snapshot_keys_.size());
+    spdlog::info(
+        "pipeline {}: full_sync.delete_stale_keys: deleted {} target key(s) the snapshot "
+        "of {} key(s) did not hold",
+        pipeline_.name, *deleted, snapshot_keys_.size());
   }
   snapshot_keys_.clear();
   record_keys_ = false;

@@ -39,9 +39,10 @@ net::awaitable<Status> RedisTarget::connect() {
   auto r = co_await conn_.call(ping, kConnectTimeout);
   if (!r) co_return fail(r.error());
   if (r->has_error) {
-    co_return fail(Error::auth(fmt::format("{}: PING refused: {}; check the cluster's username "
-                                           "and password",
-                                           conn_.label(), r->text)));
+    co_return fail(
+        Error::auth(fmt::format("{}: PING refused: {}; check the cluster's username "
+                                "and password",
+                                conn_.label(), r->text)));
   }
   // Values above this cannot be RESTOREd in one piece (full sync). A user without +config
   // gets an error here: keep Redis's default then.
@@ -104,13 +105,13 @@ net::awaitable<Status> RedisTarget::runReader() {
       auto pr = resp::parseReply(buf.data(), info);
       if (pr.status == resp::ParseStatus::NeedMore) break;
       if (pr.status == resp::ParseStatus::Error) {
-        co_return fail(Error::protocol(fmt::format("{}: malformed reply: {}", conn_.label(),
-                                                   pr.error)));
+        co_return fail(
+            Error::protocol(fmt::format("{}: malformed reply: {}", conn_.label(), pr.error)));
       }
       buf.consume(pr.consumed);
       if (replied_seq_ == sent_seq_) {
-        co_return fail(Error::protocol(fmt::format("{}: unexpected reply \"{}\"", conn_.label(),
-                                                   info.text)));
+        co_return fail(
+            Error::protocol(fmt::format("{}: unexpected reply \"{}\"", conn_.label(), info.text)));
       }
       if (info.has_error) {
         if (auto s = onReplyError(info.text); !s) co_return s;
@@ -148,9 +149,10 @@ Status RedisTarget::onReplyError(const std::string& text) {
   ++stats_.target_errors_by_kind[kind];
   if (isAvailabilityError(kind)) {
     // Not acknowledged: the session ends here and the write is sent again after reconnecting.
-    return fail(Error::refused(fmt::format("{}: target refused a write: {}; will retry from the "
-                                           "last acknowledged offset",
-                                           conn_.label(), text)));
+    return fail(
+        Error::refused(fmt::format("{}: target refused a write: {}; will retry from the "
+                                   "last acknowledged offset",
+                                   conn_.label(), text)));
   }
   uint64_t suppressed = 0;
   if (error_log_.allow(suppressed)) {

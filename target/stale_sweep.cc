@@ -30,9 +30,13 @@ uint64_t hashOf(int db, std::string_view key) {
 
 }  // namespace
 
-void SnapshotKeys::add(int db, std::string_view key) { hashes_.push_back(hashOf(db, key)); }
+void SnapshotKeys::add(int db, std::string_view key) {
+  hashes_.push_back(hashOf(db, key));
+}
 
-void SnapshotKeys::seal() { std::sort(hashes_.begin(), hashes_.end()); }
+void SnapshotKeys::seal() {
+  std::sort(hashes_.begin(), hashes_.end());
+}
 
 bool SnapshotKeys::contains(int db, std::string_view key) const {
   return std::binary_search(hashes_.begin(), hashes_.end(), hashOf(db, key));

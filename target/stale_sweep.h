@@ -35,7 +35,10 @@ class SnapshotKeys {
   void seal();
   bool contains(int db, std::string_view key) const;
   size_t size() const { return hashes_.size(); }
-  void clear() { hashes_.clear(); hashes_.shrink_to_fit(); }
+  void clear() {
+    hashes_.clear();
+    hashes_.shrink_to_fit();
+  }
 
  private:
   std::vector<uint64_t> hashes_;

@@ -23,11 +23,11 @@
 
 #include "clock/nts.h"
 #include "tests/support/chrony_server.h"
+#include "tests/support/run_sync.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_ca.h"
 #include "tests/support/wait.h"
-#include "tests/support/run_sync.h"
 
 namespace xdcr::clock {
 namespace {
@@ -35,7 +35,9 @@ namespace {
 namespace net = boost::asio;
 constexpr int64_t kMs = 1'000'000;
 
-Result<SntpResult> runQuery(NtsClient& client) { return test::runSync(client.query()); }
+Result<SntpResult> runQuery(NtsClient& client) {
+  return test::runSync(client.query());
+}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -291,8 +293,9 @@ TEST_F(clock_nts_Chrony, CertificateFromAnUntrustedCaIsRejected) {
     ASSERT_FALSE(r.has_value()) << "accepted with ca_file \"" << ca << "\"";
     const std::string& m = r.error().message;
     EXPECT_EQ(r.error().kind, Error::Kind::Auth) << m;
-    EXPECT_TRUE(contains(m, "TLS handshake failed: certificate verify failed: unable to get "
-                            "local issuer certificate"))
+    EXPECT_TRUE(contains(m,
+                         "TLS handshake failed: certificate verify failed: unable to get "
+                         "local issuer certificate"))
         << m;
     EXPECT_TRUE(contains(m, ca.empty() ? "system trust store" : ca)) << m;
     EXPECT_EQ(client.keEstablishments(), 0);

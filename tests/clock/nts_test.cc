@@ -60,8 +60,8 @@ NtsBytes patterned(size_t n, uint8_t seed) {
 
 // RFC 5297 Appendix A.1: deterministic (no nonce), one associated-data component.
 TEST(clock_nts_AesSiv, Rfc5297A1DeterministicVector) {
-  const NtsBytes key = fromHex(
-      "fffefdfc fbfaf9f8 f7f6f5f4 f3f2f1f0 f0f1f2f3 f4f5f6f7 f8f9fafb fcfdfeff");
+  const NtsBytes key =
+      fromHex("fffefdfc fbfaf9f8 f7f6f5f4 f3f2f1f0 f0f1f2f3 f4f5f6f7 f8f9fafb fcfdfeff");
   const NtsBytes ad = fromHex("10111213 14151617 18191a1b 1c1d1e1f 20212223 24252627");
   const NtsBytes plaintext = fromHex("11223344 55667788 99aabbcc ddee");
   auto sealed = aesSivSeal(key, {ad}, plaintext);
@@ -75,8 +75,8 @@ TEST(clock_nts_AesSiv, Rfc5297A1DeterministicVector) {
 // RFC 5297 Appendix A.2: several associated-data components, the nonce last — the order NTS
 // uses (packet, then nonce). Proves each EVP update is one S2V component.
 TEST(clock_nts_AesSiv, Rfc5297A2NonceIsTheLastAdComponent) {
-  const NtsBytes key = fromHex(
-      "7f7e7d7c 7b7a7978 77767574 73727170 40414243 44454647 48494a4b 4c4d4e4f");
+  const NtsBytes key =
+      fromHex("7f7e7d7c 7b7a7978 77767574 73727170 40414243 44454647 48494a4b 4c4d4e4f");
   const NtsBytes ad1 = fromHex(
       "00112233 44556677 8899aabb ccddeeff deaddada deaddada ffeeddcc bbaa9988 77665544 "
       "33221100");
@@ -140,7 +140,9 @@ TEST(clock_nts_AesSiv, EmptyPlaintextAndBadKeySizeAreErrors) {
 
 // ---- NTS-KE records --------------------------------------------------------------------------
 
-NtsBytes u16(uint16_t v) { return {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)}; }
+NtsBytes u16(uint16_t v) {
+  return {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)};
+}
 
 void rec(NtsBytes& out, bool critical, NtsKeRecordType type, const NtsBytes& body) {
   appendNtsKeRecord(out, critical, static_cast<uint16_t>(type), body);
@@ -455,8 +457,7 @@ TEST(clock_nts_Ef, TamperedReplyFailsAuthentication) {
   in_ct[auth.offset + 4 + 4 + 16 + 20] ^= 0x01;
   NtsBytes in_header = good;
   in_header[40] ^= 0x80;  // transmit timestamp: an attacker shifting our clock
-  for (const auto& [name, bytes, key] :
-       std::vector<std::tuple<const char*, NtsBytes, ByteSpan>>{
+  for (const auto& [name, bytes, key] : std::vector<std::tuple<const char*, NtsBytes, ByteSpan>>{
            {"ciphertext byte", in_ct, f.keys.s2c},
            {"header byte", in_header, f.keys.s2c},
            {"wrong key", good, f.keys.c2s}}) {
@@ -514,7 +515,9 @@ TEST(clock_nts_Ef, NakCountsOnlyWithOurUid) {
 
 // ---- The client, without a TLS server -----------------------------------------------------------
 
-Result<SntpResult> runQuery(NtsClient& client) { return test::runSync(client.query()); }
+Result<SntpResult> runQuery(NtsClient& client) {
+  return test::runSync(client.query());
+}
 
 TEST(clock_nts_Client, RefusedConnectionNamesTheStage) {
   uint16_t port = 0;

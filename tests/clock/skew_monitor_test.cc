@@ -18,11 +18,16 @@ namespace net = boost::asio;
 constexpr int64_t kMs = 1'000'000;
 
 config::ConfigConstSharedPtr configFor(uint16_t a, uint16_t b) {
-  const std::string yaml = "clusters:\n"
-                           "  a: {type: redis, address: \"127.0.0.1:" + std::to_string(a) + "\"}\n"
-                           "  b: {type: redis, address: \"127.0.0.1:" + std::to_string(b) + "\"}\n"
-                           "pipelines:\n"
-                           "  - {name: p, source: a, target: b}\n";
+  const std::string yaml =
+      "clusters:\n"
+      "  a: {type: redis, address: \"127.0.0.1:" +
+      std::to_string(a) +
+      "\"}\n"
+      "  b: {type: redis, address: \"127.0.0.1:" +
+      std::to_string(b) +
+      "\"}\n"
+      "pipelines:\n"
+      "  - {name: p, source: a, target: b}\n";
   auto r = config::loadConfigString(yaml, "test.yaml");
   if (!r.ok()) throw std::runtime_error(r.diagnostics.at(0).format());
   return r.config;

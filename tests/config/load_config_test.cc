@@ -428,7 +428,9 @@ struct InvalidCase {
   size_t error_count = 1;  // how many errors the file produces in total
 };
 
-std::ostream& operator<<(std::ostream& os, const InvalidCase& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const InvalidCase& c) {
+  return os << c.name;
+}
 
 class InvalidConfigTest : public testing::TestWithParam<InvalidCase> {};
 

@@ -52,7 +52,8 @@ TEST_F(EventFilterTest, TwoPipelinesJudgeTheSameResolvedChangeIndependently) {
   EventFilter fa(a, std::make_shared<const KeySpace>(a), sa);
   EventFilter fb(b, std::make_shared<const KeySpace>(b), sb);
 
-  const source::Change resolved = resolve({"SET", "secret:1", "v", "PXAT", std::to_string(kNow + 5000)});
+  const source::Change resolved =
+      resolve({"SET", "secret:1", "v", "PXAT", std::to_string(kNow + 5000)});
   source::Change ca = resolved, cb = resolved;
   fa.judge(ca);
   fb.judge(cb);

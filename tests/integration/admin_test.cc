@@ -24,21 +24,22 @@ class AdminTest : public ::testing::Test {
     source_.client().command({"CONFIG", "SET", "requirepass", kPassword});
     admin_ = "127.0.0.1:" + std::to_string(freePort());
     config_ = dir_.file("xdcr.yaml");
-    writeFileText(config_,
-                  "agent: {state_dir: " + dir_.file("state") + ", admin_listen: \"" + admin_ +
-                      "\"}\n"
-                      "clusters:\n"
-                      "  src: {type: redis, address: \"127.0.0.1:" +
-                      std::to_string(source_.port()) + "\", password: \"" + kPassword +
-                      "\"}\n"
-                      "  dst:\n"
-                      "    type: redis\n"
-                      "    address: \"127.0.0.1:" + std::to_string(target_.port()) +
-                      "\"\n"
-                      "    buckets: [{db: 0, max_ttl: 60s}]\n"
-                      "pipelines:\n"
-                      "  - {name: east-to-west, source: src, target: dst,\n"
-                      "     filters: {exclude_keys: [\"^tmp:\"]}}\n");
+    writeFileText(config_, "agent: {state_dir: " + dir_.file("state") + ", admin_listen: \"" +
+                               admin_ +
+                               "\"}\n"
+                               "clusters:\n"
+                               "  src: {type: redis, address: \"127.0.0.1:" +
+                               std::to_string(source_.port()) + "\", password: \"" + kPassword +
+                               "\"}\n"
+                               "  dst:\n"
+                               "    type: redis\n"
+                               "    address: \"127.0.0.1:" +
+                               std::to_string(target_.port()) +
+                               "\"\n"
+                               "    buckets: [{db: 0, max_ttl: 60s}]\n"
+                               "pipelines:\n"
+                               "  - {name: east-to-west, source: src, target: dst,\n"
+                               "     filters: {exclude_keys: [\"^tmp:\"]}}\n");
     agent_ = std::make_unique<AgentProcess>(config_, dir_.file("agent.log"));
     ASSERT_TRUE(waitUntil([&] { return get("/readyz").first == 200; }, 30s)) << agent_->logTail();
   }
@@ -67,7 +68,8 @@ class AdminTest : public ::testing::Test {
   }
   /** The value of one sample line of /metrics, or -1. */
   double metric(const std::string& text, const std::string& sample) {
-    std::regex re("(^|\n)" + std::regex_replace(sample, std::regex(R"([{}\[\]().*+?^$|\\])"), R"(\$&)") +
+    std::regex re("(^|\n)" +
+                  std::regex_replace(sample, std::regex(R"([{}\[\]().*+?^$|\\])"), R"(\$&)") +
                   " ([-0-9.e+]+)");
     std::smatch m;
     return std::regex_search(text, m, re) ? std::stod(m[2]) : -1;
@@ -138,7 +140,11 @@ TEST_F(AdminTest, OperatorPauseHoldsWritesUntilResume) {
   RespClient dst = target_.client();
   EXPECT_EQ(dst.command({"EXISTS", "during-pause"}).integer(), 0) << "a paused pipeline wrote";
   ASSERT_EQ(request("POST", "/pipelines/east-to-west/resume").first, 200);
-  EXPECT_TRUE(waitUntil([&] { return dst.command({"EXISTS", "during-pause"}).integer() == 1; }, 10s));
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"EXISTS", "during-pause"}).integer() == 1;
+      },
+      10s));
   EXPECT_EQ(get("/readyz").first, 200);
   EXPECT_EQ(request("POST", "/pipelines/nope/pause").first, 404);
   EXPECT_EQ(request("GET", "/pipelines/east-to-west/pause").first, 405);
@@ -149,8 +155,8 @@ TEST_F(AdminTest, ReadyzTurns503WhileDraining) {
   ASSERT_EQ(::kill(target_.pid(), SIGSTOP), 0);
   src().command({"SET", "in-flight", "v"});
   // In flight: received by the agent, not yet acknowledged by the (stopped) target.
-  ASSERT_TRUE(waitUntil(
-      [&] { return status()["pipelines"][0]["backlog_bytes"].get<uint64_t>() > 0; }, 10s))
+  ASSERT_TRUE(
+      waitUntil([&] { return status()["pipelines"][0]["backlog_bytes"].get<uint64_t>() > 0; }, 10s))
       << get("/status").second;
   ASSERT_EQ(::kill(agent_->pid(), SIGTERM), 0);
   std::pair<int, std::string> ready;

@@ -64,7 +64,8 @@ class NtpFleet {
     for (auto& c : chained_) {
       if (!c->waitReady(15s)) {
         return ::testing::AssertionFailure()
-               << "chained chronyd " << c->ntpAddress() << " not ready:\n" << c->logTail();
+               << "chained chronyd " << c->ntpAddress() << " not ready:\n"
+               << c->logTail();
       }
     }
     return ::testing::AssertionSuccess();
@@ -101,8 +102,8 @@ std::string yamlList(const std::vector<std::string>& items) {
   return out + "]";
 }
 
-std::string configYaml(const std::string& state_dir, const std::string& admin,
-                       uint16_t source_port, uint16_t target_port, const ClockSettings& c) {
+std::string configYaml(const std::string& state_dir, const std::string& admin, uint16_t source_port,
+                       uint16_t target_port, const ClockSettings& c) {
   std::ostringstream y;
   y << "agent: {state_dir: \"" << state_dir << "\", admin_listen: \"" << admin << "\"}\n"
     << "clock:\n"
@@ -152,8 +153,8 @@ class SkewTest : public ::testing::Test {
 
   std::string writeConfig(const ClockSettings& c, const std::string& name = "xdcr.yaml") {
     const std::string path = dir_.file(name);
-    writeFileText(path, configYaml(dir_.file("state"), admin_, source_.port(),
-                                   target_->server().port(), c));
+    writeFileText(
+        path, configYaml(dir_.file("state"), admin_, source_.port(), target_->server().port(), c));
     return path;
   }
 
@@ -202,7 +203,8 @@ class SkewTest : public ::testing::Test {
   }
   /** Writes (on the target) since the server started: Redis counts every change. */
   int64_t targetChanges() {
-    return std::stoll(target_->server().client().info("persistence")["rdb_changes_since_last_save"]);
+    return std::stoll(
+        target_->server().client().info("persistence")["rdb_changes_since_last_save"]);
   }
 
   /** 1,000 documents with deadlines 10–30 min ahead, in the forms a source propagates. */
@@ -215,8 +217,12 @@ class SkewTest : public ::testing::Test {
       std::string k = prefix + std::to_string(i);
       keys.push_back(k);
       switch (i % 4) {
-        case 0: w.push_back({"SET", k, "v", "EX", std::to_string(600 + i)}); break;
-        case 1: w.push_back({"SET", k, "v", "PX", std::to_string(900'000 + i * 7)}); break;
+        case 0:
+          w.push_back({"SET", k, "v", "EX", std::to_string(600 + i)});
+          break;
+        case 1:
+          w.push_back({"SET", k, "v", "PX", std::to_string(900'000 + i * 7)});
+          break;
         case 2:
           w.push_back({"SET", k, "v", "PXAT", std::to_string(now + 1'200'000 + i)});
           break;
@@ -290,7 +296,8 @@ TEST_F(SkewTest, CompensateTranslatesDeadlinesSoDocumentsEndAtTheSameInstant) {
   EXPECT_NEAR(metric(m, "xdcr_clock_offset_seconds{clock=\"dst\"}"), kSkewS, 0.01);
   EXPECT_EQ(metric(m, "xdcr_clock_ntp_majority"), 1);
   EXPECT_EQ(metric(m, "xdcr_clock_ntp_server_truechimer{server=\"" + ntp.chained(2) + "\"}"), 0)
-      << "the 30 s falseticker was not rejected\n" << m;
+      << "the 30 s falseticker was not rejected\n"
+      << m;
 
   // Sampled documents: both servers must drop each within 50 ms of the same true instant.
   RespClient src = source_.client();
@@ -326,8 +333,7 @@ TEST_F(SkewTest, CompensateTranslatesDeadlinesSoDocumentsEndAtTheSameInstant) {
     worst = std::max(worst, std::abs(d));
     EXPECT_LE(std::abs(d), 50) << "end:" << i << " ended " << d << " ms later on the target";
   }
-  std::cout << "sampled documents: target and source ended them at most " << worst
-            << " ms apart\n";
+  std::cout << "sampled documents: target and source ended them at most " << worst << " ms apart\n";
 }
 
 TEST_F(SkewTest, WarnLeavesDeadlinesUnchangedAndReportsTheSkew) {

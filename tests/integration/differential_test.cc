@@ -296,7 +296,9 @@ const std::vector<std::string>& keyNames() {
   return kNames;
 }
 
-std::string keyText(const KeyId& id) { return "db" + std::to_string(id.first) + " " + id.second; }
+std::string keyText(const KeyId& id) {
+  return "db" + std::to_string(id.first) + " " + id.second;
+}
 
 // ---------------------------------------------------------------------------------------------
 // What the source holds, learned from the read-backs.
@@ -389,12 +391,67 @@ struct SourceKey {
 // Commands
 
 enum class Kind {
-  SetPlain, SetEx, SetPx, SetExAt, SetPxAt, SetPxAtPast, SetNx, SetNxEx, SetXx, SetGet,
-  SetKeepTtl, SetShort, SetExCmd, PSetEx, MSet, MSetNx, SetNxCmd, GetSet, GetExEx, GetExPersist,
-  GetDel, SUnionStore, ZUnionStore, Expire, PExpire, ExpireAt, PExpireAt, PExpireShort,
-  ExpirePast, Persist, Incr, IncrBy, IncrByFloat, Append, SetRange, HSet, HDel, HIncrBy, LPush,
-  RPush, LPop, LSet, SAdd, SRem, SPop, SPopAll, ZAdd, ZIncrBy, ZRem, XAdd, PfAdd, RestoreTtl,
-  RestoreAbs, RestoreZero, Rename, Copy, Del, DelMulti, Unlink, UnlinkMulti, FlushDb,
+  SetPlain,
+  SetEx,
+  SetPx,
+  SetExAt,
+  SetPxAt,
+  SetPxAtPast,
+  SetNx,
+  SetNxEx,
+  SetXx,
+  SetGet,
+  SetKeepTtl,
+  SetShort,
+  SetExCmd,
+  PSetEx,
+  MSet,
+  MSetNx,
+  SetNxCmd,
+  GetSet,
+  GetExEx,
+  GetExPersist,
+  GetDel,
+  SUnionStore,
+  ZUnionStore,
+  Expire,
+  PExpire,
+  ExpireAt,
+  PExpireAt,
+  PExpireShort,
+  ExpirePast,
+  Persist,
+  Incr,
+  IncrBy,
+  IncrByFloat,
+  Append,
+  SetRange,
+  HSet,
+  HDel,
+  HIncrBy,
+  LPush,
+  RPush,
+  LPop,
+  LSet,
+  SAdd,
+  SRem,
+  SPop,
+  SPopAll,
+  ZAdd,
+  ZIncrBy,
+  ZRem,
+  XAdd,
+  PfAdd,
+  RestoreTtl,
+  RestoreAbs,
+  RestoreZero,
+  Rename,
+  Copy,
+  Del,
+  DelMulti,
+  Unlink,
+  UnlinkMulti,
+  FlushDb,
 };
 
 struct KindInfo {
@@ -555,8 +612,8 @@ struct CheckResult {
 
 class DifferentialRun {
  public:
-  DifferentialRun(const RunConfig& config, uint64_t seed, RedisServer& source,
-                  RedisServer& target, RedisServer& scratch)
+  DifferentialRun(const RunConfig& config, uint64_t seed, RedisServer& source, RedisServer& target,
+                  RedisServer& scratch)
       : config_(config),
         model_(config.model),
         rng_(seed * 1000003 + std::hash<std::string>{}(config.model.name) % 1000),
@@ -632,9 +689,8 @@ class DifferentialRun {
       if (s.deadline <= touch_ms - 200) {
         expireNow(id, s, touch_ms, "active/lazy expiry before the check");
       } else if (s.deadline <= check_ms + 5000) {
-        model_.markRemovalAmbiguous(id, check_ms,
-                                    "source deadline " + model_.rel(s.deadline) +
-                                        " near the check");
+        model_.markRemovalAmbiguous(
+            id, check_ms, "source deadline " + model_.rel(s.deadline) + " near the check");
       }
     }
   }
@@ -656,8 +712,8 @@ class DifferentialRun {
   std::string summary() const {
     std::ostringstream out;
     out << ops_ << " source write commands (" << single_ops_ << " single, " << multi_blocks_
-        << " MULTI/EXEC blocks with " << multi_ops_ << ", " << eval_blocks_
-        << " EVAL scripts with " << eval_ops_ << ", " << selects_ << " SELECT, " << no_effect_
+        << " MULTI/EXEC blocks with " << multi_ops_ << ", " << eval_blocks_ << " EVAL scripts with "
+        << eval_ops_ << ", " << selects_ << " SELECT, " << no_effect_
         << " without effect on the source)";
     if (own_writes_ > 0) {
       out << "; " << own_writes_ << " deadline extensions written on the target itself";
@@ -727,10 +783,10 @@ class DifferentialRun {
       for (int i = 0; i < kReservedKeys; ++i) {
         const std::string ow = reservedName("ow", i);
         const std::string live = reservedName("live", i);
-        b.ops.push_back(reservedOp(Kind::SetPx, db,
-                                   {"SET", ow, "v" + rng_.letters(6), "PX",
-                                    std::to_string(rng_.range(2000, 2600))},
-                                   {ow}));
+        b.ops.push_back(reservedOp(
+            Kind::SetPx, db,
+            {"SET", ow, "v" + rng_.letters(6), "PX", std::to_string(rng_.range(2000, 2600))},
+            {ow}));
         b.ops.push_back(
             reservedOp(Kind::SetPlain, db, {"SET", live, "v" + rng_.letters(6)}, {live}));
       }
@@ -786,9 +842,10 @@ class DifferentialRun {
                                                reservedName("live", i)};
         RespCommand command = {cmd};
         command.insert(command.end(), keys.begin(), keys.end());
-        batch.push_back(Block{BlockType::Single, db,
-                              {reservedOp(cmd == "DEL" ? Kind::DelMulti : Kind::UnlinkMulti, db,
-                                          command, keys)}});
+        batch.push_back(Block{
+            BlockType::Single,
+            db,
+            {reservedOp(cmd == "DEL" ? Kind::DelMulti : Kind::UnlinkMulti, db, command, keys)}});
       }
     }
     plan_now_ = unixTimeMs();
@@ -871,7 +928,7 @@ class DifferentialRun {
   /** Mostly long; sometimes a few seconds, so that it passes during the run. */
   int64_t ttlMs() {
     return rng_.chance(config_.few_seconds_ttl_share) ? rng_.range(3000, 6000)
-                                                     : longTtlSeconds() * 1000;
+                                                      : longTtlSeconds() * 1000;
   }
 
   /** In-place writes need the target copy to hold the source's value (both absent counts). */
@@ -1022,9 +1079,11 @@ class DifferentialRun {
         std::set<std::string> used;
         op.cmd = {kind == Kind::MSet ? "MSET" : "MSETNX"};
         for (int i = 0; i < n; ++i) {
-          auto k = kind == Kind::MSet ? pick(db, [](const PlanKey&) { return true; }, used)
+          auto k = kind == Kind::MSet ? pick(
+                                            db, [](const PlanKey&) { return true; }, used)
                    : i == 0 && rng_.chance(0.4)
-                       ? pick(db, [](const PlanKey& p) { return !p.exists && p.target_has; }, used)
+                       ? pick(
+                             db, [](const PlanKey& p) { return !p.exists && p.target_has; }, used)
                        : pick(db, existing(false, 0.85), used);
           if (!k) {
             break;
@@ -1111,11 +1170,11 @@ class DifferentialRun {
         // Prefer a destination that exists with a deadline (an overwriting *STORE).
         const bool want_ttl = rng_.chance(0.6);
         auto dst = pick(
-            db,
-            [&](const PlanKey& k) { return k.mapped == mapped && (!want_ttl || k.has_ttl); },
+            db, [&](const PlanKey& k) { return k.mapped == mapped && (!want_ttl || k.has_ttl); },
             used);
         if (!dst) {
-          dst = pick(db, [&](const PlanKey& k) { return k.mapped == mapped; }, used);
+          dst = pick(
+              db, [&](const PlanKey& k) { return k.mapped == mapped; }, used);
         }
         if (!dst) {
           return std::nullopt;
@@ -1180,9 +1239,8 @@ class DifferentialRun {
       }
       case Kind::Incr:
       case Kind::IncrBy: {
-        if (!single([](const PlanKey& k) {
-              return inPlaceOk(k) && (!k.exists || k.shape == "int");
-            })) {
+        if (!single(
+                [](const PlanKey& k) { return inPlaceOk(k) && (!k.exists || k.shape == "int"); })) {
           return std::nullopt;
         }
         op.cmd = kind == Kind::Incr
@@ -1222,8 +1280,8 @@ class DifferentialRun {
       case Kind::HDel: {
         const bool del = kind == Kind::HDel;
         if (!single([del](const PlanKey& k) {
-              return inPlaceOk(k) && (del ? k.exists && k.shape == "hash"
-                                          : !k.exists || k.shape == "hash");
+              return inPlaceOk(k) &&
+                     (del ? k.exists && k.shape == "hash" : !k.exists || k.shape == "hash");
             })) {
           return std::nullopt;
         }
@@ -1249,8 +1307,8 @@ class DifferentialRun {
       case Kind::LSet: {
         const bool need = kind == Kind::LPop || kind == Kind::LSet;
         if (!single([need](const PlanKey& k) {
-              return inPlaceOk(k) && (need ? k.exists && k.shape == "list"
-                                           : !k.exists || k.shape == "list");
+              return inPlaceOk(k) &&
+                     (need ? k.exists && k.shape == "list" : !k.exists || k.shape == "list");
             })) {
           return std::nullopt;
         }
@@ -1281,8 +1339,8 @@ class DifferentialRun {
           break;
         }
         if (!single([need](const PlanKey& k) {
-              return inPlaceOk(k) && (need ? k.exists && k.shape == "set"
-                                           : !k.exists || k.shape == "set");
+              return inPlaceOk(k) &&
+                     (need ? k.exists && k.shape == "set" : !k.exists || k.shape == "set");
             })) {
           return std::nullopt;
         }
@@ -1307,8 +1365,8 @@ class DifferentialRun {
       case Kind::ZRem: {
         const bool need = kind == Kind::ZRem;
         if (!single([need](const PlanKey& k) {
-              return inPlaceOk(k) && (need ? k.exists && k.shape == "zset"
-                                           : !k.exists || k.shape == "zset");
+              return inPlaceOk(k) &&
+                     (need ? k.exists && k.shape == "zset" : !k.exists || k.shape == "zset");
             })) {
           return std::nullopt;
         }
@@ -1333,9 +1391,8 @@ class DifferentialRun {
         break;
       }
       case Kind::PfAdd: {
-        if (!single([](const PlanKey& k) {
-              return inPlaceOk(k) && (!k.exists || k.shape == "hll");
-            })) {
+        if (!single(
+                [](const PlanKey& k) { return inPlaceOk(k) && (!k.exists || k.shape == "hll"); })) {
           return std::nullopt;
         }
         op.cmd = {"PFADD", op.keys[0]};
@@ -1373,21 +1430,18 @@ class DifferentialRun {
       }
       case Kind::Rename:
       case Kind::Copy: {
-        auto from = pick(db, [](const PlanKey& k) {
-          return k.exists && k.in_sync && k.target_present;
-        });
+        auto from =
+            pick(db, [](const PlanKey& k) { return k.exists && k.in_sync && k.target_present; });
         if (!from) {
           return std::nullopt;
         }
         const bool mapped = plan(db, *from).mapped;
         std::optional<std::string> to;
         if (kind == Kind::Copy && rng_.chance(0.3)) {
-          to = pick(
-              db, [&](const PlanKey& k) { return k.mapped == mapped && probe(k); }, {*from});
+          to = pick(db, [&](const PlanKey& k) { return k.mapped == mapped && probe(k); }, {*from});
         }
         if (!to) {
-          to = pick(
-              db, [&](const PlanKey& k) { return k.mapped == mapped; }, {*from});
+          to = pick(db, [&](const PlanKey& k) { return k.mapped == mapped; }, {*from});
         }
         if (!to) {
           return std::nullopt;
@@ -1483,8 +1537,8 @@ class DifferentialRun {
       case Kind::SetPx:
       case Kind::PSetEx: {
         // A PX of a few seconds could pass while the block is being planned: lock those.
-        const bool few_seconds = op.kind == Kind::SetPx || op.kind == Kind::PSetEx ||
-                                 op.kind == Kind::SetPxAt;
+        const bool few_seconds =
+            op.kind == Kind::SetPx || op.kind == Kind::PSetEx || op.kind == Kind::SetPxAt;
         setLike(op.keys[0], true, few_seconds);
         break;
       }
@@ -1509,7 +1563,7 @@ class DifferentialRun {
         PlanKey& p = plan(op.db, op.keys[0]);
         p.exists = true;
         p.target_present = true;
-        p.shape = op.kind == Kind::Incr || op.kind == Kind::IncrBy        ? "int"
+        p.shape = op.kind == Kind::Incr || op.kind == Kind::IncrBy       ? "int"
                   : op.kind == Kind::Append || op.kind == Kind::SetRange ? "str"
                   : op.kind == Kind::HSet || op.kind == Kind::HIncrBy    ? "hash"
                   : op.kind == Kind::LPush || op.kind == Kind::RPush     ? "list"
@@ -1715,8 +1769,8 @@ class DifferentialRun {
         const RespValue reply = flat.at(f++);
         std::vector<Readback> after;
         for (const auto& k : op.keys) {
-          after.push_back(parseReadback(flat.at(f), flat.at(f + 1), flat.at(f + 2),
-                                        flat.at(f + 3), keyText({op.db, k})));
+          after.push_back(parseReadback(flat.at(f), flat.at(f + 1), flat.at(f + 2), flat.at(f + 3),
+                                        keyText({op.db, k})));
           f += 4;
         }
         interpret(op, block.type, reply, after, t_plan, now);
@@ -1816,8 +1870,9 @@ class DifferentialRun {
     };
     auto check = [&](bool ok, const std::string& problem) {
       if (!ok) {
-        semanticsError(op, problem + " (before: " + describeSource(before[0]) + "; after: " +
-                               describeReadback(after[0]) + ")",
+        semanticsError(op,
+                       problem + " (before: " + describeSource(before[0]) +
+                           "; after: " + describeReadback(after[0]) + ")",
                        reply);
       }
     };
@@ -1851,10 +1906,10 @@ class DifferentialRun {
           effect = false;
           break;
         }
-        const bool has_ttl = op.cmd[0] != "SET" ||
-                             std::find_if(op.cmd.begin() + 3, op.cmd.end(), [](const auto& a) {
-                               return a == "EX" || a == "PX" || a == "EXAT" || a == "PXAT";
-                             }) != op.cmd.end();
+        const bool has_ttl =
+            op.cmd[0] != "SET" || std::find_if(op.cmd.begin() + 3, op.cmd.end(), [](const auto& a) {
+                                    return a == "EX" || a == "PX" || a == "EXAT" || a == "PXAT";
+                                  }) != op.cmd.end();
         if (op.kind == Kind::SetPxAtPast) {
           // Written with a deadline in the past; the read-back already expired it (stream:
           // SET k v PXAT <past>, then DEL k).
@@ -1878,8 +1933,7 @@ class DifferentialRun {
                        what + " (stream: SET … PXAT " + model_.rel(after[0].deadline) + ")");
         } else {
           check(after[0].deadline == 0, "SET without a TTL left a deadline");
-          model_.write(id(0), WriteKind::NoDeadline, 0, before[0].value, after[0].value, now,
-                       what);
+          model_.write(id(0), WriteKind::NoDeadline, 0, before[0].value, after[0].value, now, what);
         }
         break;
       }
@@ -2021,17 +2075,15 @@ class DifferentialRun {
         }
         if (op.kind == Kind::RestoreZero) {
           check(after[0].deadline == 0, "RESTORE 0 left a deadline");
-          model_.write(id(0), WriteKind::NoDeadline, 0, before[0].value, after[0].value, now,
-                       what);
+          model_.write(id(0), WriteKind::NoDeadline, 0, before[0].value, after[0].value, now, what);
         } else {
           check(after[0].value.exists() && after[0].deadline != 0, "RESTORE left no deadline");
           if (op.arg_deadline != 0) {
             check(after[0].deadline == op.arg_deadline, "RESTORE ABSTTL deadline differs");
           }
-          model_.write(id(0), WriteKind::Deadline, after[0].deadline, before[0].value,
-                       after[0].value, now,
-                       what + " (stream: RESTORE … " + model_.rel(after[0].deadline) +
-                           " … ABSTTL)");
+          model_.write(
+              id(0), WriteKind::Deadline, after[0].deadline, before[0].value, after[0].value, now,
+              what + " (stream: RESTORE … " + model_.rel(after[0].deadline) + " … ABSTTL)");
         }
         break;
       }
@@ -2049,9 +2101,9 @@ class DifferentialRun {
           effect = false;
           break;
         }
-        check(after[1].value.type == before[0].value.type &&
-                  after[1].deadline == before[0].deadline,
-              "RENAME/COPY: the destination differs from the source key");
+        check(
+            after[1].value.type == before[0].value.type && after[1].deadline == before[0].deadline,
+            "RENAME/COPY: the destination differs from the source key");
         model_.move(id(0), id(1), before[0].deadline, before[0].value, after[1].value, keep, now,
                     what);
         break;
@@ -2084,8 +2136,8 @@ class DifferentialRun {
     for (size_t i = 0; i < op.keys.size(); ++i) {
       SourceKey& s = *src[i];
       const Readback& a = after[i];
-      const bool unchanged = !effect && a.value.type == before[i].value.type &&
-                             a.deadline == before[i].deadline;
+      const bool unchanged =
+          !effect && a.value.type == before[i].value.type && a.deadline == before[i].deadline;
       s.exists = a.value.exists();
       // A command without effect leaves the value as it was; keep the payload the model holds
       // (a hashtable may serialize in another order between two DUMPs).
@@ -2217,9 +2269,8 @@ std::vector<KeyState> readStates(RespClient& client, int db,
   for (size_t i = 0; i < names.size(); ++i) {
     keys[i].db = db;
     keys[i].key = names[i];
-    keys[i].kind = kindForType(replies[i].type() == RespValue::Type::SimpleString
-                                   ? replies[i].str()
-                                   : "none");
+    keys[i].kind =
+        kindForType(replies[i].type() == RespValue::Type::SimpleString ? replies[i].str() : "none");
     pointers.push_back(&keys[i]);
   }
   return readKeyStates(client, db, pointers);
@@ -2267,8 +2318,7 @@ CheckResult compareWithModel(RespClient& server, RespClient& scratch, const Expi
   for (const auto& [id, t] : model.targets()) {
     if (t.exists && t.value_known && t.value.exists()) {
       scratch.select(id.first);
-      const RespValue r =
-          scratch.command({"RESTORE", id.second, "0", t.value.payload, "REPLACE"});
+      const RespValue r = scratch.command({"RESTORE", id.second, "0", t.value.payload, "REPLACE"});
       if (r.isError()) {
         throw std::runtime_error("scratch RESTORE of " + keyText(id) + ": " + r.toString());
       }
@@ -2297,8 +2347,8 @@ CheckResult compareWithModel(RespClient& server, RespClient& scratch, const Expi
     std::string problem;
     if (!modelled) {
       if (is_present) {
-        problem = "unexpected key on " + label + " (" + a.type + ", " +
-                  shorten(a.contents, 80) + "): the model never wrote it here";
+        problem = "unexpected key on " + label + " (" + a.type + ", " + shorten(a.contents, 80) +
+                  "): the model never wrote it here";
       }
       ++result.absent;
     } else {
@@ -2371,8 +2421,8 @@ CheckResult compareWithModel(RespClient& server, RespClient& scratch, const Expi
         }
       } else if (is_present) {
         problem = "present on " + label + " (" + a.type + ", deadline " +
-                  (a.pexpiretime == -1 ? std::string("none") : rel(a.pexpiretime)) +
-                  ", " + shorten(a.contents, 80) + "), expected absent" +
+                  (a.pexpiretime == -1 ? std::string("none") : rel(a.pexpiretime)) + ", " +
+                  shorten(a.contents, 80) + "), expected absent" +
                   (t.exists ? " (its deadline " + rel(t.deadline) + " has passed)" : "");
       }
     }
@@ -2398,9 +2448,9 @@ CheckResult compareWithModel(RespClient& server, RespClient& scratch, const Expi
     dbsizes << ")";
     if (size < lo || size > hi) {
       result.differences.push_back(
-          {{db, "(DBSIZE)"}, "DBSIZE " + std::to_string(size) + ", the model has " +
-                                 std::to_string(lo) + (hi != lo ? ".." + std::to_string(hi) : "") +
-                                 " present keys"});
+          {{db, "(DBSIZE)"},
+           "DBSIZE " + std::to_string(size) + ", the model has " + std::to_string(lo) +
+               (hi != lo ? ".." + std::to_string(hi) : "") + " present keys"});
     }
   }
   result.dbsizes = dbsizes.str();
@@ -2426,8 +2476,7 @@ std::string describeDifferences(const CheckResult& result, const DifferentialRun
     if (it != model.targets().end()) {
       const auto& h = it->second.history;
       out << "    model (target side):\n";
-      for (size_t i = h.size() > kHistoryShown ? h.size() - kHistoryShown : 0; i < h.size();
-           ++i) {
+      for (size_t i = h.size() > kHistoryShown ? h.size() - kHistoryShown : 0; i < h.size(); ++i) {
         out << "      " << shorten(h[i], 400) << "\n";
       }
     }
@@ -2549,8 +2598,8 @@ class DifferentialTest : public ::testing::TestWithParam<RunParam> {
     run.settleExpirations(touch_ms, unixTimeMs());
 
     RespClient scratch = scratch_->client();
-    const std::string name = runConfigs()[GetParam().config].model.name + " seed " +
-                             std::to_string(GetParam().seed);
+    const std::string name =
+        runConfigs()[GetParam().config].model.name + " seed " + std::to_string(GetParam().seed);
     if (replica_) {
       RespClient native = replica_->client();
       const CheckResult r = compareWithModel(native, scratch, run.model(), "the native replica");
@@ -2597,19 +2646,19 @@ TEST_P(DifferentialTest, TargetMatchesModel) {
   const RunConfig config = runConfigs()[GetParam().config];
   const uint64_t seed = GetParam().seed;
   dir_ = std::make_unique<TempDir>("xdcr-differential");
-  source_ = std::make_unique<RedisServer>(std::vector<std::string>{
-      "--repl-diskless-sync-delay", "0", "--repl-backlog-size", "64mb"});
+  source_ = std::make_unique<RedisServer>(
+      std::vector<std::string>{"--repl-diskless-sync-delay", "0", "--repl-backlog-size", "64mb"});
   target_ = std::make_unique<RedisServer>();
   scratch_ = std::make_unique<RedisServer>();
   config_path_ = dir_->file("xdcr.yaml");
-  writeFileText(config_path_, agentYaml(config.model, dir_->file("state"), source_->port(),
-                                        target_->port()));
+  writeFileText(config_path_,
+                agentYaml(config.model, dir_->file("state"), source_->port(), target_->port()));
   agent_ = std::make_unique<AgentProcess>(config_path_, dir_->file("agent.log"));
   replicas_ = 1;
   if (config.native_replica) {
     replica_ = std::make_unique<RedisServer>();
-    const RespValue r = replica_->client().command(
-        {"REPLICAOF", "127.0.0.1", std::to_string(source_->port())});
+    const RespValue r =
+        replica_->client().command({"REPLICAOF", "127.0.0.1", std::to_string(source_->port())});
     ASSERT_FALSE(r.isError()) << r.toString();
     replicas_ = 2;
   }
@@ -2659,7 +2708,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, DifferentialTest, ::testing::ValuesIn(allRuns(
 TEST(DifferentialModelTest, ReproducesSpecVectors) {
   const int64_t now = 1'000'000'000'000;
   const int64_t s = 1000;
-  EXPECT_EQ(ExpiryModel::clamp(0, 0, now), 0);                                  // 1
+  EXPECT_EQ(ExpiryModel::clamp(0, 0, now), 0);                                 // 1
   EXPECT_EQ(ExpiryModel::clamp(0, 600 * s, now), now + 600 * s);               // 2
   EXPECT_EQ(ExpiryModel::clamp(0, 60 * s, now), now + 60 * s);                 // 3
   EXPECT_EQ(ExpiryModel::clamp(now + 30 * s, 60 * s, now), now + 30 * s);      // 4
@@ -2669,8 +2718,7 @@ TEST(DifferentialModelTest, ReproducesSpecVectors) {
   EXPECT_EQ(ExpiryModel::clamp(now + 900 * s, 1000 * s, now), now + 900 * s);  // 8, 9
 
   ModelConfig c;
-  c.buckets = {{0, 60, {{"big", "big:*", 1000}, {"inh", "inh:*", 0}}},
-               {1, 0, {{"s", "s:*", 60}}}};
+  c.buckets = {{0, 60, {{"big", "big:*", 1000}, {"inh", "inh:*", 0}}}, {1, 0, {{"s", "s:*", 60}}}};
   c.key_rewrite = {{"x:", "s:"}};
   c.dbs = {{0, 0}, {3, 1}};
   c.exclude_keys = {"_x_"};
@@ -2679,7 +2727,7 @@ TEST(DifferentialModelTest, ReproducesSpecVectors) {
   EXPECT_EQ(m.maxTtlMs({0, "inh:1"}), 60 * s);    // max_ttl 0 inherits the bucket's
   EXPECT_EQ(m.maxTtlMs({0, "k:1"}), 60 * s);
   EXPECT_EQ(m.maxTtlMs({1, "k:1"}), 0);
-  EXPECT_EQ(m.targetOf({3, "x:1"}), (KeyId{1, "s:1"}));  // dbs map, then rewrite
+  EXPECT_EQ(m.targetOf({3, "x:1"}), (KeyId{1, "s:1"}));    // dbs map, then rewrite
   EXPECT_EQ(m.maxTtlMs(*m.targetOf({3, "x:1"})), 60 * s);  // collection of the target name
   EXPECT_FALSE(m.targetOf({1, "k:1"}).has_value());        // unmapped db
   EXPECT_FALSE(m.targetOf({0, "k:_x_1"}).has_value());     // excluded (unanchored)

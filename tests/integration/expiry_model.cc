@@ -107,7 +107,9 @@ TargetKey& ExpiryModel::slot(const KeyId& target) {
   return t;
 }
 
-void ExpiryModel::log(TargetKey& t, const std::string& line) { appendBounded(t.history, line); }
+void ExpiryModel::log(TargetKey& t, const std::string& line) {
+  appendBounded(t.history, line);
+}
 
 void ExpiryModel::note(const KeyId& source, const std::string& what) {
   auto target = targetOf(source);
@@ -142,8 +144,7 @@ void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Va
   TargetKey& t = slot(*target);
   const int64_t m = maxTtlMs(*target);
   const bool was_present = t.presentAt(now);
-  const bool in_sync_before =
-      t.value_known && (was_present ? t.value == before : !before.exists());
+  const bool in_sync_before = t.value_known && (was_present ? t.value == before : !before.exists());
   std::string effect;
   switch (kind) {
     case WriteKind::Deadline: {
@@ -152,9 +153,9 @@ void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Va
       t.exists = true;
       t.value = after;
       t.value_known = true;
-      effect = "write E=" + describeDeadline(replicated) + (config_.strip_ttl ? " (stripped)" : "") +
-               " M=" + std::to_string(m / kMsPerSecond) + "s -> " +
-               setDeadline(t, clamp(replicated, m, now), now);
+      effect = "write E=" + describeDeadline(replicated) +
+               (config_.strip_ttl ? " (stripped)" : "") + " M=" + std::to_string(m / kMsPerSecond) +
+               "s -> " + setDeadline(t, clamp(replicated, m, now), now);
       break;
     }
     case WriteKind::NoDeadline:
@@ -191,8 +192,8 @@ void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Va
         effect = "in-place write, M=0 -> T untouched (" + describeDeadline(t.deadline) + ")";
       } else {
         const int64_t replicated = config_.strip_ttl ? 0 : e;
-        effect = "in-place write, M=" + std::to_string(m / kMsPerSecond) +
-                 "s, source deadline " + describeDeadline(replicated) + " -> " +
+        effect = "in-place write, M=" + std::to_string(m / kMsPerSecond) + "s, source deadline " +
+                 describeDeadline(replicated) + " -> " +
                  setDeadline(t, clamp(replicated, m, now), now);
       }
       if (!in_sync_before) {
@@ -242,8 +243,8 @@ void ExpiryModel::persist(const KeyId& source, int64_t now, const std::string& w
     effect = "no target copy: nothing";
   } else if (m > 0) {
     // Never a bare PERSIST into a maxTTL collection (§4); strip_ttl gives the same.
-    effect = "PERSIST, M=" + std::to_string(m / kMsPerSecond) + "s -> " +
-             setDeadline(t, now + m, now);
+    effect =
+        "PERSIST, M=" + std::to_string(m / kMsPerSecond) + "s -> " + setDeadline(t, now + m, now);
   } else if (config_.strip_ttl) {
     effect = "stripped, M=0: nothing (T=" + describeDeadline(t.deadline) + ")";
   } else {
@@ -276,8 +277,8 @@ void ExpiryModel::remove(const KeyId& source, RemoveCause cause, int64_t now,
   }
   std::string effect;
   if (filtered) {
-    effect = "not sent (drop_" + kind + "s): the target keeps its copy until T=" +
-             describeDeadline(t.deadline);
+    effect = "not sent (drop_" + kind +
+             "s): the target keeps its copy until T=" + describeDeadline(t.deadline);
   } else {
     t.exists = false;
     effect = "target copy removed";
@@ -286,8 +287,8 @@ void ExpiryModel::remove(const KeyId& source, RemoveCause cause, int64_t now,
 }
 
 void ExpiryModel::move(const KeyId& from, const KeyId& to, int64_t from_deadline,
-                       const Value& from_value, const Value& to_value, bool keep_from,
-                       int64_t now, const std::string& what) {
+                       const Value& from_value, const Value& to_value, bool keep_from, int64_t now,
+                       const std::string& what) {
   auto target_from = targetOf(from);
   auto target_to = targetOf(to);
   if (!target_from && !target_to) {
@@ -313,11 +314,13 @@ void ExpiryModel::move(const KeyId& from, const KeyId& to, int64_t from_deadline
   if (!a_in_sync) {
     ++stats_.value_unknown;
   }
-  const std::string effect = "gets the value of " + target_from->second + ", E=" +
-                             describeDeadline(replicated) + " under " + describeMaxTtl(*target_to) +
-                             " -> " + setDeadline(b, clamp(replicated, m, now), now) +
-                             (a_in_sync ? "" : " [value unknown: the copy of the source key had "
-                                               "diverged]");
+  const std::string effect = "gets the value of " + target_from->second +
+                             ", E=" + describeDeadline(replicated) + " under " +
+                             describeMaxTtl(*target_to) + " -> " +
+                             setDeadline(b, clamp(replicated, m, now), now) +
+                             (a_in_sync ? ""
+                                        : " [value unknown: the copy of the source key had "
+                                          "diverged]");
   log(b, "[" + rel(now) + "] " + what + " -> " + effect);
   if (!keep_from && &a != &b) {
     a.exists = false;

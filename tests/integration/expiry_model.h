@@ -39,7 +39,7 @@ struct KeyRewriteSpec {
 struct ModelConfig {
   std::string name;
   std::vector<BucketSpec> buckets;
-  std::map<int, int> dbs;  // source db -> target db; empty = every db to itself
+  std::map<int, int> dbs;                 // source db -> target db; empty = every db to itself
   std::vector<std::string> include_keys;  // regexes, unanchored search; empty = every key
   std::vector<std::string> exclude_keys;
   bool drop_expirations = false;

@@ -106,7 +106,9 @@ struct TargetSpec {
 };
 
 // exclude_keys ["^secret:"]: every key but secret:*.
-bool west1Passes(std::string_view key) { return !startsWith(key, "secret:"); }
+bool west1Passes(std::string_view key) {
+  return !startsWith(key, "secret:");
+}
 // include_keys ["^sess:", "^doc:"]: sess:* and doc:* only.
 bool west2Passes(std::string_view key) {
   return startsWith(key, "sess:") || startsWith(key, "doc:");

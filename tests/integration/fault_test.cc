@@ -67,21 +67,51 @@ class Load {
       const int n = int(rng_() % 3000);
       const std::string k = "k:" + std::to_string(n), v = "v" + std::to_string(rng_() % 100000);
       switch (whole_values_ ? rng_() % 4 : rng_() % 14) {
-        case 0: w.push_back({"SET", k, v}); break;
-        case 1: w.push_back({"SET", k, v, "EX", std::to_string(600 + rng_() % 600)}); break;
-        case 2: w.push_back({"SET", k, v, "PX", std::to_string(700'000 + rng_() % 100'000)}); break;
-        case 3: w.push_back({"SET", k, v, "PXAT", std::to_string(now + 800'000 + rng_() % 9999)}); break;
-        case 4: w.push_back({"HSET", "h:" + std::to_string(n % 500), "f" + std::to_string(rng_() % 5), v}); break;
-        case 5: w.push_back({"EXPIRE", "h:" + std::to_string(n % 500), std::to_string(900 + rng_() % 99)}); break;
-        case 6: w.push_back({"SADD", "s:" + std::to_string(n % 300), v}); break;
-        case 7: w.push_back({"ZADD", "z:" + std::to_string(n % 300), std::to_string(rng_() % 50), v}); break;
-        case 8: w.push_back({"DEL", k}); break;
-        case 9: w.push_back({"PERSIST", k}); break;
+        case 0:
+          w.push_back({"SET", k, v});
+          break;
+        case 1:
+          w.push_back({"SET", k, v, "EX", std::to_string(600 + rng_() % 600)});
+          break;
+        case 2:
+          w.push_back({"SET", k, v, "PX", std::to_string(700'000 + rng_() % 100'000)});
+          break;
+        case 3:
+          w.push_back({"SET", k, v, "PXAT", std::to_string(now + 800'000 + rng_() % 9999)});
+          break;
+        case 4:
+          w.push_back(
+              {"HSET", "h:" + std::to_string(n % 500), "f" + std::to_string(rng_() % 5), v});
+          break;
+        case 5:
+          w.push_back(
+              {"EXPIRE", "h:" + std::to_string(n % 500), std::to_string(900 + rng_() % 99)});
+          break;
+        case 6:
+          w.push_back({"SADD", "s:" + std::to_string(n % 300), v});
+          break;
+        case 7:
+          w.push_back({"ZADD", "z:" + std::to_string(n % 300), std::to_string(rng_() % 50), v});
+          break;
+        case 8:
+          w.push_back({"DEL", k});
+          break;
+        case 9:
+          w.push_back({"PERSIST", k});
+          break;
         // Not idempotent: replayed twice they would differ (the replay stamp prevents it).
-        case 10: w.push_back({"INCR", "n:" + std::to_string(n % 200)}); break;
-        case 11: w.push_back({"RPUSH", "l:" + std::to_string(n % 200), v}); break;
-        case 12: w.push_back({"HINCRBY", "h:" + std::to_string(n % 500), "count", "1"}); break;
-        default: w.push_back({"LPOP", "l:" + std::to_string(n % 200)}); break;
+        case 10:
+          w.push_back({"INCR", "n:" + std::to_string(n % 200)});
+          break;
+        case 11:
+          w.push_back({"RPUSH", "l:" + std::to_string(n % 200), v});
+          break;
+        case 12:
+          w.push_back({"HINCRBY", "h:" + std::to_string(n % 500), "count", "1"});
+          break;
+        default:
+          w.push_back({"LPOP", "l:" + std::to_string(n % 200)});
+          break;
       }
     }
     return w;
@@ -101,22 +131,24 @@ class FaultTest : public ::testing::Test {
 
   void start(std::vector<std::string> target_args = {}, bool delete_stale_keys = false) {
     target_ = std::make_unique<RedisServer>(target_args);
-    writeFileText(config_,
-                  "agent: {state_dir: \"" + dir_.file("state") + "\"}\n"
-                  "clusters:\n"
-                  "  src: {type: redis, address: \"127.0.0.1:" + std::to_string(source_.port()) +
-                      "\"}\n"
-                      "  dst: {type: redis, address: \"127.0.0.1:" +
-                      std::to_string(target_->port()) +
-                      "\"}\n"
-                      "pipelines:\n"
-                      "  - {name: p, source: src, target: dst, checkpoint_interval: 1s,\n"
-                      "     full_sync: {delete_stale_keys: " +
-                      (delete_stale_keys ? "true" : "false") + "}}\n");
+    writeFileText(config_, "agent: {state_dir: \"" + dir_.file("state") +
+                               "\"}\n"
+                               "clusters:\n"
+                               "  src: {type: redis, address: \"127.0.0.1:" +
+                               std::to_string(source_.port()) +
+                               "\"}\n"
+                               "  dst: {type: redis, address: \"127.0.0.1:" +
+                               std::to_string(target_->port()) +
+                               "\"}\n"
+                               "pipelines:\n"
+                               "  - {name: p, source: src, target: dst, checkpoint_interval: 1s,\n"
+                               "     full_sync: {delete_stale_keys: " +
+                               (delete_stale_keys ? "true" : "false") + "}}\n");
     startAgent();
   }
   void startAgent() {
-    agent_ = std::make_unique<AgentProcess>(config_, dir_.file("agent-" + std::to_string(++starts_) + ".log"));
+    agent_ = std::make_unique<AgentProcess>(
+        config_, dir_.file("agent-" + std::to_string(++starts_) + ".log"));
   }
 
   /** Waits until the agent has acknowledged the source's whole stream (load stopped). */
@@ -226,7 +258,8 @@ TEST_F(FaultTest, TargetRestartWithPersistenceResumes) {
   std::this_thread::sleep_for(3s);
   expectInSync(load, "(c) target restart, AOF persistence", 1);
   EXPECT_EQ(agent_->logText().find("lost data the checkpoint"), std::string::npos)
-      << "a target that kept its data was resynchronised:\n" << agent_->logTail();
+      << "a target that kept its data was resynchronised:\n"
+      << agent_->logTail();
 }
 
 TEST_F(FaultTest, ConnectionsCutMidStreamInBothDirections) {

@@ -134,7 +134,9 @@ Op expireOp(std::string key, int64_t seconds) {
 Op pexpireAtOp(std::string key, int64_t deadline_ms) {
   return {OpType::PexpireAt, std::move(key), "", "", deadline_ms};
 }
-Op persistOp(std::string key) { return {OpType::Persist, std::move(key), "", "", 0}; }
+Op persistOp(std::string key) {
+  return {OpType::Persist, std::move(key), "", "", 0};
+}
 Op hsetOp(std::string key, std::string field, std::string value) {
   return {OpType::Hset, std::move(key), std::move(field), std::move(value), 0};
 }
@@ -840,8 +842,8 @@ TEST_F(FoundationTest, ResumesWithPartialResyncAfterSigterm) {
   // the SIGTERM's included, are journal records (.journal): the restart below needs both.
   auto has_suffix = [&](const std::string& suffix) {
     return std::any_of(state_files.begin(), state_files.end(), [&](const std::string& f) {
-      return f.size() > suffix.size() && f.compare(f.size() - suffix.size(), suffix.size(),
-                                                   suffix) == 0;
+      return f.size() > suffix.size() &&
+             f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0;
     });
   };
   EXPECT_TRUE(has_suffix(".ckpt")) << "no whole-image checkpoint under " << state_dir_;

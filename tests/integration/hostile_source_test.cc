@@ -36,7 +36,8 @@ std::string realEmptyRdb() {
  */
 class FakeMaster {
  public:
-  FakeMaster(std::string rdb, std::string stream) : rdb_(std::move(rdb)), stream_(std::move(stream)) {
+  FakeMaster(std::string rdb, std::string stream)
+      : rdb_(std::move(rdb)), stream_(std::move(stream)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -99,9 +100,15 @@ class FakeMaster {
         complete = true;
         for (int i = 0; i < n && complete; ++i) {
           std::string len;
-          if (!line(len)) { complete = false; break; }
+          if (!line(len)) {
+            complete = false;
+            break;
+          }
           size_t l = std::strtoul(len.c_str() + 1, nullptr, 10);
-          if (buf.size() < pos + l + 2) { complete = false; break; }
+          if (buf.size() < pos + l + 2) {
+            complete = false;
+            break;
+          }
           if (i == 0) first = buf.substr(pos, l);
           pos += l + 2;
         }
@@ -139,7 +146,8 @@ class FakeMaster {
       } else if (cmd == "TIME" || cmd == "time") {  // the agent's clock probe
         const auto now = std::chrono::system_clock::now().time_since_epoch();
         const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now).count();
-        const std::string sec = std::to_string(us / 1'000'000), micro = std::to_string(us % 1'000'000);
+        const std::string sec = std::to_string(us / 1'000'000),
+                          micro = std::to_string(us % 1'000'000);
         sendAll(c, "*2\r\n$" + std::to_string(sec.size()) + "\r\n" + sec + "\r\n$" +
                        std::to_string(micro.size()) + "\r\n" + micro + "\r\n");
       } else if (cmd == "PSYNC" || cmd == "psync") {
@@ -189,12 +197,15 @@ int64_t rssKb(pid_t pid) {
 /** A one-pipeline config from the fake master to `target`; returns its path. */
 std::string writeConfig(TempDir& dir, const FakeMaster& master, const RedisServer& target) {
   const std::string config = dir.file("xdcr.yaml");
-  writeFileText(config, "agent: {state_dir: \"" + dir.file("state") + "\"}\n"
-                        "clusters:\n"
-                        "  src: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(master.port()) + "\"}\n"
+  writeFileText(config, "agent: {state_dir: \"" + dir.file("state") +
+                            "\"}\n"
+                            "clusters:\n"
+                            "  src: {type: redis, address: \"127.0.0.1:" +
+                            std::to_string(master.port()) +
+                            "\"}\n"
                             "  dst: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(target.port()) + "\"}\n"
+                            std::to_string(target.port()) +
+                            "\"}\n"
                             "pipelines:\n  - {name: p, source: src, target: dst}\n");
   return config;
 }
@@ -225,7 +236,8 @@ TEST_P(HostileSourceTest, FailsCleanlyReconnectsAndWritesNoPartialCommand) {
   AgentProcess agent(writeConfig(dir, master, target), dir.file("agent.log"));
   // It fails the session and comes back: a second connection.
   ASSERT_TRUE(waitUntil([&] { return master.connections() >= 2; }, 20s))
-      << c.name << ": no reconnect; " << agent.describeState() << "\n" << agent.logTail();
+      << c.name << ": no reconnect; " << agent.describeState() << "\n"
+      << agent.logTail();
   EXPECT_TRUE(agent.running()) << agent.describeState();
   const std::string log = agent.logText();
   EXPECT_NE(log.find(c.error_has), std::string::npos) << c.name << ":\n" << agent.logTail();

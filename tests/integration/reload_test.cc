@@ -17,14 +17,23 @@ using namespace std::chrono_literals;
 class ReloadTest : public ::testing::Test {
  protected:
   std::string yaml(const std::string& p1_exclude) {
-    auto addr = [](const RedisServer& s) { return "\"127.0.0.1:" + std::to_string(s.port()) + "\""; };
+    auto addr = [](const RedisServer& s) {
+      return "\"127.0.0.1:" + std::to_string(s.port()) + "\"";
+    };
     return "agent: {state_dir: " + dir_.file("state") + ", admin_listen: \"" + admin_ + "\"}\n" +
            "clusters:\n"
-           "  src: {type: redis, address: " + addr(source_) + "}\n"
-           "  dst1: {type: redis, address: " + addr(target1_) + "}\n"
-           "  dst2: {type: redis, address: " + addr(target2_) + "}\n"
+           "  src: {type: redis, address: " +
+           addr(source_) +
+           "}\n"
+           "  dst1: {type: redis, address: " +
+           addr(target1_) +
+           "}\n"
+           "  dst2: {type: redis, address: " +
+           addr(target2_) +
+           "}\n"
            "pipelines:\n"
-           "  - {name: p1, source: src, target: dst1, filters: {exclude_keys: [" + p1_exclude +
+           "  - {name: p1, source: src, target: dst1, filters: {exclude_keys: [" +
+           p1_exclude +
            "]}}\n"
            "  - {name: p2, source: src, target: dst2}\n";
   }
@@ -68,7 +77,9 @@ TEST_F(ReloadTest, ABrokenFileKeepsTheRunningConfiguration) {
   writeFileText(config_, "pipelines: [ {name: p1, source: nowhere\n");  // not even YAML
   hup();
   ASSERT_TRUE(waitUntil(
-      [&] { return agent_->logText().find("keeping the running configuration") != std::string::npos; },
+      [&] {
+        return agent_->logText().find("keeping the running configuration") != std::string::npos;
+      },
       10s))
       << agent_->logTail();
   EXPECT_TRUE(agent_->running());
@@ -83,14 +94,15 @@ TEST_F(ReloadTest, ChangingOnePipelinesFiltersRestartsOnlyThatOne) {
   ASSERT_TRUE(arrives(target1_, "before"));
   ASSERT_TRUE(arrives(target2_, "before"));
   const auto p2_before = pipelineStatus("p2");
-  const int64_t partial_before =
-      std::stoll(source_.client().info("stats")["sync_partial_ok"]);
+  const int64_t partial_before = std::stoll(source_.client().info("stats")["sync_partial_ok"]);
   const int64_t full_before = std::stoll(source_.client().info("stats")["sync_full"]);
 
   writeFileText(config_, yaml("\"^secret:\""));
   hup();
   ASSERT_TRUE(waitUntil(
-      [&] { return agent_->logText().find("reload: " + config_ + " applied") != std::string::npos; },
+      [&] {
+        return agent_->logText().find("reload: " + config_ + " applied") != std::string::npos;
+      },
       10s))
       << agent_->logTail();
   ASSERT_TRUE(waitUntil([&] { return ready(); }, 30s)) << agent_->logTail();

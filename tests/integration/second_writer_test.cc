@@ -21,12 +21,15 @@ TEST(SecondWriter, AnotherAgentWritingThePipelinesMarkerStopsThePipeline) {
   RedisServer target;
   auto config = [&](const std::string& state) {
     const std::string path = dir.file(state + ".yaml");
-    writeFileText(path, "agent: {state_dir: " + dir.file(state) + "}\n"
-                        "clusters:\n"
-                        "  src: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(source.port()) + "\"}\n"
+    writeFileText(path, "agent: {state_dir: " + dir.file(state) +
+                            "}\n"
+                            "clusters:\n"
+                            "  src: {type: redis, address: \"127.0.0.1:" +
+                            std::to_string(source.port()) +
+                            "\"}\n"
                             "  dst: {type: redis, address: \"127.0.0.1:" +
-                            std::to_string(target.port()) + "\"}\n"
+                            std::to_string(target.port()) +
+                            "\"}\n"
                             "pipelines:\n"
                             "  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n");
     return path;
@@ -34,7 +37,10 @@ TEST(SecondWriter, AnotherAgentWritingThePipelinesMarkerStopsThePipeline) {
   AgentProcess first(config("state-a"), dir.file("a.log"));
   source.client().command({"SET", "before", "v"});
   ASSERT_TRUE(waitUntil(
-      [&] { return target.client().command({"EXISTS", "before"}).integer() == 1; }, 30s))
+      [&] {
+        return target.client().command({"EXISTS", "before"}).integer() == 1;
+      },
+      30s))
       << first.logTail();
 
   // The second agent: its own state directory, the same pipeline, the same target.
@@ -48,7 +54,9 @@ TEST(SecondWriter, AnotherAgentWritingThePipelinesMarkerStopsThePipeline) {
         return !second.running();
       },
       20s, 200ms))
-      << "first agent:\n" << first.logTail(20) << "\nsecond agent:\n" << second.logTail(20);
+      << "first agent:\n"
+      << first.logTail(20) << "\nsecond agent:\n"
+      << second.logTail(20);
   ASSERT_TRUE(second.exitStatus().has_value());
   EXPECT_NE(second.exitStatus()->code, 0) << second.logTail(20);
   EXPECT_NE(second.logText().find(expected), std::string::npos) << second.logTail(20);
@@ -60,7 +68,10 @@ TEST(SecondWriter, AnotherAgentWritingThePipelinesMarkerStopsThePipeline) {
     const std::string key = "after:" + std::to_string(i);
     source.client().command({"SET", key, "v"});
     EXPECT_TRUE(waitUntil(
-        [&] { return target.client().command({"EXISTS", key}).integer() == 1; }, 20s))
+        [&] {
+          return target.client().command({"EXISTS", key}).integer() == 1;
+        },
+        20s))
         << first.logTail(20);
     std::this_thread::sleep_for(1500ms);  // past a checkpoint (checkpoint_interval 1s)
   }

@@ -140,8 +140,8 @@ class SecurityTest : public ::testing::Test {
                           const std::string& agent_extra = "",
                           const std::string& pipeline_extra = "") {
     const std::string path = dir_.file(name + ".yaml");
-    writeFileText(path, "agent: {state_dir: \"" + dir_.file(name + "-state") + "\"" +
-                            agent_extra + "}\n" + "clusters:\n" + clusterYaml("src", src) +
+    writeFileText(path, "agent: {state_dir: \"" + dir_.file(name + "-state") + "\"" + agent_extra +
+                            "}\n" + "clusters:\n" + clusterYaml("src", src) +
                             clusterYaml("dst", dst) +
                             "pipelines:\n  - {name: p, source: src, target: dst, "
                             "checkpoint_interval: 1s" +
@@ -246,7 +246,9 @@ TEST_F(SecurityTest, GoodCertificateReplicatesAFullSyncAndTheStreamOverTls) {
   }
   ASSERT_TRUE(waitForKeys(*target, 1400)) << agent.logTail();
   ASSERT_TRUE(waitUntil(
-      [&] { return target->client().command({"GET", "full:199"}) == RespValue::bulk("new"); },
+      [&] {
+        return target->client().command({"GET", "full:199"}) == RespValue::bulk("new");
+      },
       kReplicateTimeout))
       << agent.logTail();
   expectSameKeys(*source, *target);
@@ -293,8 +295,8 @@ TEST_F(SecurityTest, WrongCaIsRefusedBeforeAnythingIsSent) {
   RedisServer target;
   writeKeys(*source, "k:", 100);
   const auto source_before = commandCounts(*source);
-  const std::string config = writeConfig("agent", Side{source.get(), "", "", caTls()},
-                                         Side{&target, "", "", ""});
+  const std::string config =
+      writeConfig("agent", Side{source.get(), "", "", caTls()}, Side{&target, "", "", ""});
   AgentProcess agent(config, dir_.file("agent.log"));
   const std::string line = waitForLogLine(agent, "pipeline p: source src");
   ASSERT_FALSE(line.empty()) << agent.logTail();
@@ -321,9 +323,8 @@ TEST_F(SecurityTest, WrongCaIsRefusedBeforeAnythingIsSent) {
   EXPECT_EQ(commandCounts(*source), source_before) << describe(commandCounts(*source));
 
   // verify: false connects anyway, and says loudly that nothing is checked.
-  const std::string insecure =
-      writeConfig("insecure", Side{source.get(), "", "", "{verify: false}"},
-                  Side{&target, "", "", ""});
+  const std::string insecure = writeConfig(
+      "insecure", Side{source.get(), "", "", "{verify: false}"}, Side{&target, "", "", ""});
   auto c = runAgentCommand({"clock", "-c", insecure, "-o", "json"}, dir_.file("clock.out"),
                            kCommandTimeout);
   EXPECT_NE(c.output.find("cluster src (" + source->address() +
@@ -341,14 +342,13 @@ TEST_F(SecurityTest, WrongHostNameIsRefusedBeforeAnythingIsSent) {
   const auto target_before = commandCounts(*target);
 
   // By address: 127.0.0.1 is not among the certificate's names.
-  const std::string by_ip = writeConfig("agent", Side{&source, "", "", ""},
-                                        Side{target.get(), "", "", caTls()});
+  const std::string by_ip =
+      writeConfig("agent", Side{&source, "", "", ""}, Side{target.get(), "", "", caTls()});
   {
     AgentProcess agent(by_ip, dir_.file("agent.log"));
     const std::string line = waitForLogLine(agent, "pipeline p: target dst");
     ASSERT_FALSE(line.empty()) << agent.logTail();
-    EXPECT_NE(line.find("TLS: certificate verify failed: IP address mismatch"),
-              std::string::npos)
+    EXPECT_NE(line.find("TLS: certificate verify failed: IP address mismatch"), std::string::npos)
         << line;
     EXPECT_NE(line.find("not valid for the name \"127.0.0.1\" (it lists DNS:other.example); "
                         "set clusters.dst.tls.server_name"),
@@ -381,13 +381,12 @@ TEST_F(SecurityTest, ExpiredCertificateIsRefusedBeforeAnythingIsSent) {
   RedisServer target;
   writeKeys(*source, "k:", 100);
   const auto source_before = commandCounts(*source);
-  const std::string config = writeConfig("agent", Side{source.get(), "", "", caTls()},
-                                         Side{&target, "", "", ""});
+  const std::string config =
+      writeConfig("agent", Side{source.get(), "", "", caTls()}, Side{&target, "", "", ""});
   AgentProcess agent(config, dir_.file("agent.log"));
   const std::string line = waitForLogLine(agent, "pipeline p: source src");
   ASSERT_FALSE(line.empty()) << agent.logTail();
-  EXPECT_NE(line.find("TLS: certificate verify failed: certificate has expired"),
-            std::string::npos)
+  EXPECT_NE(line.find("TLS: certificate verify failed: certificate has expired"), std::string::npos)
       << line;
   EXPECT_NE(line.find("expired on 2020-01-02 00:00:00 UTC"), std::string::npos) << line;
   EXPECT_NE(line.find("renew the server's certificate"), std::string::npos) << line;
@@ -426,8 +425,8 @@ TEST_F(SecurityTest, MutualTlsIsRequiredAndWorksWithAClientCertificate) {
   }
   // With one: full sync and stream.
   auto client = ca_->issueClient("xdcr-agent");
-  const std::string mtls = caTls(", cert_file: \"" + client.cert_file + "\", key_file: \"" +
-                                 client.key_file + "\"");
+  const std::string mtls =
+      caTls(", cert_file: \"" + client.cert_file + "\", key_file: \"" + client.key_file + "\"");
   const std::string config =
       writeConfig("mtls", Side{source.get(), "", "", mtls}, Side{target.get(), "", "", mtls});
   AgentProcess agent(config, dir_.file("mtls.log"));
@@ -442,8 +441,8 @@ TEST_F(SecurityTest, TlsOnOneSideOnlyGivesAHint) {
   auto tls_only = tlsServer(good_);
   RedisServer plain;
   // A plain client on the TLS port, then a TLS client on the plain port; `clock` probes both.
-  const std::string config = writeConfig("agent", Side{tls_only.get(), "", "", ""},
-                                         Side{&plain, "", "", caTls()});
+  const std::string config =
+      writeConfig("agent", Side{tls_only.get(), "", "", ""}, Side{&plain, "", "", caTls()});
   auto c = runAgentCommand({"clock", "-c", config, "-o", "json"}, dir_.file("clock.out"),
                            kCommandTimeout);
   const std::string src_error = c.report["clusters"]["src"].value("error", "");
@@ -452,7 +451,8 @@ TEST_F(SecurityTest, TlsOnOneSideOnlyGivesAHint) {
                            "cluster src"),
             std::string::npos)
       << c.output;
-  EXPECT_NE(dst_error.find("is " + plain.address() + " a TLS port? If the server does not use "
+  EXPECT_NE(dst_error.find("is " + plain.address() +
+                           " a TLS port? If the server does not use "
                            "TLS there, remove tls: from cluster dst"),
             std::string::npos)
       << c.output;
@@ -574,13 +574,18 @@ TEST_F(SecurityTest, DocumentedMinimalAclsReplicateAFullSyncAndTheStream) {
   // source transaction.
   {
     RespClient c = source.client();
-    std::vector<RespCommand> cmds = {
-        {"SET", "s:new", "v", "PX", "600000"}, {"HSET", "h:0", "g", "w"},
-        {"INCR", "counter"},                   {"INCR", "counter"},
-        {"RPUSH", "l:0", "c"},                 {"DEL", "s:1"},
-        {"EXPIRE", "h:1", "500"},              {"PERSIST", "s:2"},
-        {"MULTI"},                             {"SET", "tx:a", "1"},
-        {"INCRBY", "counter", "5"},            {"EXEC"}};
+    std::vector<RespCommand> cmds = {{"SET", "s:new", "v", "PX", "600000"},
+                                     {"HSET", "h:0", "g", "w"},
+                                     {"INCR", "counter"},
+                                     {"INCR", "counter"},
+                                     {"RPUSH", "l:0", "c"},
+                                     {"DEL", "s:1"},
+                                     {"EXPIRE", "h:1", "500"},
+                                     {"PERSIST", "s:2"},
+                                     {"MULTI"},
+                                     {"SET", "tx:a", "1"},
+                                     {"INCRBY", "counter", "5"},
+                                     {"EXEC"}};
     c.pipeline(cmds);
   }
   ASSERT_TRUE(waitUntil(caughtUp, kReplicateTimeout)) << agent->logTail();
@@ -684,8 +689,7 @@ TEST_F(SecurityTest, SecretsNeverAppearAndTheAdminTokenGuardsPosts) {
   EXPECT_EQ(request("POST", "/pipelines/p/resume", token).first, 200);
   shown.push_back(none.second);
   shown.push_back(bad.second);
-  auto st = runAgentCommand({"status", "--admin", admin}, dir_.file("status.out"),
-                            kCommandTimeout);
+  auto st = runAgentCommand({"status", "--admin", admin}, dir_.file("status.out"), kCommandTimeout);
   EXPECT_EQ(st.exit_code, 0) << st.output;
   EXPECT_NE(st.output.find("p "), std::string::npos) << st.output;
   shown.push_back(st.output);
@@ -734,8 +738,8 @@ TEST_F(SecurityTest, UnreadableTlsFilesAreConfigErrors) {
   RedisServer a, b;
   const std::string config = writeConfig(
       "agent", Side{&a, "", "", "{ca_file: " + dir_.file("missing-ca.crt") + "}"},
-      Side{&b, "", "", "{ca_file: \"" + ca_->caFile() + "\", key_file: \"" + good_.key_file +
-                           "\"}"});
+      Side{&b, "", "",
+           "{ca_file: \"" + ca_->caFile() + "\", key_file: \"" + good_.key_file + "\"}"});
   auto v = runAgentCommand({"validate", "-c", config}, dir_.file("validate.out"), kCommandTimeout);
   EXPECT_EQ(v.exit_code, 78) << v.output;
   EXPECT_NE(v.output.find("error: cannot read tls.ca_file"), std::string::npos) << v.output;

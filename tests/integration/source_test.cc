@@ -18,8 +18,12 @@ std::string configYaml(const std::string& state_dir, uint16_t src, uint16_t dst)
   return "agent:\n  state_dir: " + state_dir +
          "\n  log_level: debug\n"
          "clusters:\n"
-         "  src: {type: redis, address: \"127.0.0.1:" + std::to_string(src) + "\"}\n"
-         "  dst: {type: redis, address: \"127.0.0.1:" + std::to_string(dst) + "\"}\n"
+         "  src: {type: redis, address: \"127.0.0.1:" +
+         std::to_string(src) +
+         "\"}\n"
+         "  dst: {type: redis, address: \"127.0.0.1:" +
+         std::to_string(dst) +
+         "\"}\n"
          "pipelines:\n  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n";
 }
 
@@ -50,9 +54,9 @@ class SourceFramingTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     const bool diskless = GetParam();
-    source_ = std::make_unique<RedisServer>(std::vector<std::string>{
-        "--repl-diskless-sync", diskless ? "yes" : "no", "--repl-diskless-sync-delay", "0",
-        "--rdbcompression", "yes"});
+    source_ = std::make_unique<RedisServer>(
+        std::vector<std::string>{"--repl-diskless-sync", diskless ? "yes" : "no",
+                                 "--repl-diskless-sync-delay", "0", "--rdbcompression", "yes"});
     target_ = std::make_unique<RedisServer>();
     // A snapshot that is not empty: strings of every encoding, a hash, keys with deadlines.
     RespClient c = source_->client();
@@ -71,8 +75,9 @@ class SourceFramingTest : public ::testing::TestWithParam<bool> {
 
   void startAgent(const std::string& log) {
     agent_ = std::make_unique<AgentProcess>(config_, dir_.file(log));
-    ASSERT_TRUE(waitAgentOnline(*source_)) << "agent not online; " << agent_->describeState() << "\n"
-                        << agent_->logTail();
+    ASSERT_TRUE(waitAgentOnline(*source_))
+        << "agent not online; " << agent_->describeState() << "\n"
+        << agent_->logTail();
   }
 
   /** The agent has acknowledged exactly the source's whole stream. */
@@ -107,13 +112,16 @@ TEST_P(SourceFramingTest, SnapshotAppliedByteExactlyThenStream) {
     writes.push_back({"SET", "post:" + std::to_string(i), std::string(i, 'x'), "PX", "600000"});
   }
   src.pipeline(writes);
-  ASSERT_TRUE(waitUntil([&] { return dst.command({"EXISTS", "post:199"}).integer() == 1; }, 15s))
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"EXISTS", "post:199"}).integer() == 1;
+      },
+      15s))
       << agent_->logTail();
   for (int i = 0; i < 200; ++i) {
     std::string k = "post:" + std::to_string(i);
     ASSERT_EQ(dst.command({"GET", k}).str(), std::string(i, 'x')) << k;
-    ASSERT_EQ(dst.command({"PEXPIRETIME", k}).integer(),
-              src.command({"PEXPIRETIME", k}).integer())
+    ASSERT_EQ(dst.command({"PEXPIRETIME", k}).integer(), src.command({"PEXPIRETIME", k}).integer())
         << k;
   }
   ASSERT_NO_FATAL_FAILURE(expectOffsetsEqual());
@@ -157,7 +165,10 @@ TEST(SourceResync, RefusedPartialResyncBecomesAFullResync) {
     ASSERT_TRUE(waitAgentOnline(source)) << agent.logTail();
     source.client().command({"SET", "before", "v"});
     ASSERT_TRUE(waitUntil(
-        [&] { return target.client().command({"EXISTS", "before"}).integer() == 1; }, 10s));
+        [&] {
+          return target.client().command({"EXISTS", "before"}).integer() == 1;
+        },
+        10s));
     ASSERT_TRUE(agent.terminate().success()) << agent.logTail();
   }
   // A source restarted without persistence has a new replication id: the checkpoint's history
@@ -169,8 +180,11 @@ TEST(SourceResync, RefusedPartialResyncBecomesAFullResync) {
   EXPECT_EQ(infoInt(src, "stats", "sync_full"), 1);
   EXPECT_EQ(infoInt(src, "stats", "sync_partial_err"), 1);
   src.command({"SET", "after", "v", "PX", "600000"});
-  ASSERT_TRUE(
-      waitUntil([&] { return target.client().command({"EXISTS", "after"}).integer() == 1; }, 10s))
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return target.client().command({"EXISTS", "after"}).integer() == 1;
+      },
+      10s))
       << agent.logTail();
   EXPECT_NE(agent.logText().find("refused partial resync"), std::string::npos) << agent.logTail();
   ASSERT_TRUE(agent.terminate().success());
@@ -220,8 +234,7 @@ TEST(Reconnect, TargetAndSourceRestartsUnderARunningAgent) {
   EXPECT_TRUE(agent.running()) << agent.describeState();
   RespClient src = source.client();
   EXPECT_EQ(infoInt(src, "stats", "sync_full"), 2) << "an emptied target must be resynchronised";
-  EXPECT_NE(agent.logText().find("lost data the checkpoint"), std::string::npos)
-      << agent.logTail();
+  EXPECT_NE(agent.logText().find("lost data the checkpoint"), std::string::npos) << agent.logTail();
 
   // The source restarts with a new history: the agent full-syncs by itself.
   source.restart();
@@ -258,11 +271,13 @@ TEST(SnapshotIndex, DeadlinesLearnedFromTheSnapshotSurviveARestart) {
                 "agent: {state_dir: " + dir.file("state") +
                     "}\n"
                     "clusters:\n"
-                    "  src: {type: redis, address: \"127.0.0.1:" + std::to_string(source.port()) +
+                    "  src: {type: redis, address: \"127.0.0.1:" +
+                    std::to_string(source.port()) +
                     "\"}\n"
                     "  dst:\n"
                     "    type: redis\n"
-                    "    address: \"127.0.0.1:" + std::to_string(target.port()) +
+                    "    address: \"127.0.0.1:" +
+                    std::to_string(target.port()) +
                     "\"\n"
                     "    buckets: [{db: 0, max_ttl: 0, collections: [{name: pre, keys: \"pre:*\", "
                     "max_ttl: 1h}]}]\n"
@@ -281,7 +296,11 @@ TEST(SnapshotIndex, DeadlinesLearnedFromTheSnapshotSurviveARestart) {
   src.pipeline(appends);
   AgentProcess agent(config, dir.file("agent-2.log"));
   RespClient dst = target.client();
-  ASSERT_TRUE(waitUntil([&] { return dst.command({"GET", "pre:199"}).str() == "vx"; }, 30s))
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"GET", "pre:199"}).str() == "vx";
+      },
+      30s))
       << agent.logTail();
   EXPECT_EQ(infoInt(src, "stats", "sync_full"), 1) << "the restart must resume, not full-sync";
   for (int i = 0; i < 200; ++i) {

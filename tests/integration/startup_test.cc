@@ -50,8 +50,8 @@ class StartupTest : public ::testing::Test {
   std::string writeConfig(const std::string& name, const std::string& clusters,
                           const std::string& pipelines) {
     const std::string path = dir_.file(name);
-    writeFileText(path, "agent: {state_dir: \"" + stateDir() + "\"}\n" + "clusters:\n" +
-                            clusters + "pipelines:\n" + pipelines);
+    writeFileText(path, "agent: {state_dir: \"" + stateDir() + "\"}\n" + "clusters:\n" + clusters +
+                            "pipelines:\n" + pipelines);
     return path;
   }
   std::string stateDir() const { return dir_.file("state"); }
@@ -62,10 +62,9 @@ class StartupTest : public ::testing::Test {
 TEST_F(StartupTest, ASecondAgentOnTheSameStateDirectoryExitsAndTheFirstGoesOn) {
   RedisServer source({"--repl-diskless-sync-delay", "0"});
   RedisServer target;
-  const std::string config =
-      writeConfig("xdcr.yaml",
-                  clusterLine("src", source.address()) + clusterLine("dst", target.address()),
-                  "  - {name: p, source: src, target: dst}\n");
+  const std::string config = writeConfig(
+      "xdcr.yaml", clusterLine("src", source.address()) + clusterLine("dst", target.address()),
+      "  - {name: p, source: src, target: dst}\n");
   AgentProcess first(config, dir_.file("first.log"));
   source.client().command({"SET", "before", "v"});
   ASSERT_TRUE(arrives(target, "before")) << first.logTail();
@@ -105,14 +104,15 @@ TEST_F(StartupTest, ValidateAndRunRefuseAReplicationCycle) {
   const std::string a = "127.0.0.1:" + std::to_string(freePort());
   const std::string b = "127.0.0.1:" + std::to_string(freePort());
   const std::string c = "127.0.0.1:" + std::to_string(freePort());
-  const std::string config = writeConfig(
-      "cycle.yaml", clusterLine("a", a) + clusterLine("b", b) + clusterLine("c", c),
-      "  - {name: a-to-b, source: a, target: b}\n"
-      "  - {name: b-to-c, source: b, target: c}\n"
-      "  - {name: c-to-a, source: c, target: a}\n");
+  const std::string config =
+      writeConfig("cycle.yaml", clusterLine("a", a) + clusterLine("b", b) + clusterLine("c", c),
+                  "  - {name: a-to-b, source: a, target: b}\n"
+                  "  - {name: b-to-c, source: b, target: c}\n"
+                  "  - {name: c-to-a, source: c, target: a}\n");
   const std::string expected =
-      config + ":9:28: error: pipelines \"a-to-b\" (a -> b), \"b-to-c\" (b -> c) and \"c-to-a\" "
-               "(c -> a) form a replication cycle";
+      config +
+      ":9:28: error: pipelines \"a-to-b\" (a -> b), \"b-to-c\" (b -> c) and \"c-to-a\" "
+      "(c -> a) form a replication cycle";
   for (const char* command : {"validate", "run"}) {
     SCOPED_TRACE(command);
     auto r = runAgentCommand({command, "-c", config}, dir_.file(std::string(command) + ".out"),
@@ -122,10 +122,10 @@ TEST_F(StartupTest, ValidateAndRunRefuseAReplicationCycle) {
   }
 
   // The same clusters without the way back are valid.
-  const std::string chain = writeConfig(
-      "chain.yaml", clusterLine("a", a) + clusterLine("b", b) + clusterLine("c", c),
-      "  - {name: a-to-b, source: a, target: b}\n"
-      "  - {name: b-to-c, source: b, target: c}\n");
+  const std::string chain =
+      writeConfig("chain.yaml", clusterLine("a", a) + clusterLine("b", b) + clusterLine("c", c),
+                  "  - {name: a-to-b, source: a, target: b}\n"
+                  "  - {name: b-to-c, source: b, target: c}\n");
   auto r = runAgentCommand({"validate", "-c", chain}, dir_.file("chain.out"), kCommandTimeout);
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
@@ -134,10 +134,9 @@ TEST_F(StartupTest, OneServerUnderTwoNamesIsRefusedAtRun) {
   if (!localhostIsLoopbackV4()) GTEST_SKIP() << "\"localhost\" does not resolve to 127.0.0.1";
   RedisServer server;
   const std::string port = std::to_string(server.port());
-  const std::string config =
-      writeConfig("alias.yaml",
-                  clusterLine("a", "127.0.0.1:" + port) + clusterLine("b", "localhost:" + port),
-                  "  - {name: a-to-b, source: a, target: b}\n");
+  const std::string config = writeConfig(
+      "alias.yaml", clusterLine("a", "127.0.0.1:" + port) + clusterLine("b", "localhost:" + port),
+      "  - {name: a-to-b, source: a, target: b}\n");
   // validate does not connect: to it these are two clusters.
   auto v = runAgentCommand({"validate", "-c", config}, dir_.file("validate.out"), kCommandTimeout);
   ASSERT_EQ(v.exit_code, 0) << v.output;

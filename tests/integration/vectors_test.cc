@@ -107,7 +107,9 @@ Step target(std::vector<std::string> args, std::optional<std::string> reply = st
 Step awaitOnTarget(std::string key) {
   return {StepKind::AwaitOnTarget, {std::move(key)}, std::nullopt, false, 0};
 }
-Step pause(int64_t ms) { return {StepKind::Pause, {}, std::nullopt, false, ms}; }
+Step pause(int64_t ms) {
+  return {StepKind::Pause, {}, std::nullopt, false, ms};
+}
 
 /** An expected target deadline: none (PEXPIRETIME -1), or the row's "now" + an offset. */
 struct Deadline {
@@ -115,8 +117,12 @@ struct Deadline {
   int64_t after_now_ms = 0;
 };
 constexpr Deadline kNoDeadline{};
-constexpr Deadline nowPlus(int64_t ms) { return {false, ms}; }
-constexpr Deadline nowPlusSeconds(int64_t s) { return {false, s * kSecondMs}; }
+constexpr Deadline nowPlus(int64_t ms) {
+  return {false, ms};
+}
+constexpr Deadline nowPlusSeconds(int64_t s) {
+  return {false, s * kSecondMs};
+}
 
 /** What one key of a row must be on the target. */
 struct KeyExpect {
@@ -133,7 +139,9 @@ KeyExpect stringKey(std::string key, std::string value, Deadline deadline) {
 KeyExpect hashKey(std::string key, std::string fields, Deadline deadline) {
   return {std::move(key), true, true, std::move(fields), deadline};
 }
-KeyExpect noKey(std::string key) { return {std::move(key), false, false, "", kNoDeadline}; }
+KeyExpect noKey(std::string key) {
+  return {std::move(key), false, false, "", kNoDeadline};
+}
 
 struct Row {
   int vector = 0;            // the number in expiry-semantics.md §9
@@ -315,7 +323,9 @@ struct Group {
   bool active_expiry_off = false;
 };
 
-std::string prefixOf(int vector) { return "v" + std::to_string(vector) + ":"; }
+std::string prefixOf(int vector) {
+  return "v" + std::to_string(vector) + ":";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Running a group.
@@ -353,7 +363,9 @@ struct Layout {
   }
 };
 
-std::string yamlSeconds(int64_t s) { return s == 0 ? "0" : std::to_string(s) + "s"; }
+std::string yamlSeconds(int64_t s) {
+  return s == 0 ? "0" : std::to_string(s) + "s";
+}
 
 std::string configYaml(const std::string& state_dir, uint16_t source_port, uint16_t target_port,
                        const Layout& layout, const std::string& filters,
@@ -392,7 +404,6 @@ std::string configYaml(const std::string& state_dir, uint16_t source_port, uint1
   }
   return y.str();
 }
-
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });

@@ -10,8 +10,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "source/expiry_index.h"
 #include "replicator/checkpoint.h"
+#include "source/expiry_index.h"
 
 namespace xdcr::replicator {
 namespace {

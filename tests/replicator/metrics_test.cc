@@ -8,8 +8,8 @@
 
 #include "clock/clock.h"
 #include "filters/event_filter.h"
-#include "source/resolver.h"
 #include "replicator/metrics.h"
+#include "source/resolver.h"
 #include "target/applier.h"
 
 namespace xdcr::replicator {
@@ -43,7 +43,9 @@ PipelineStats run(const config::PipelineConfig& pipe, const std::vector<config::
   return stats;
 }
 
-std::string n(int64_t v) { return std::to_string(v); }
+std::string n(int64_t v) {
+  return std::to_string(v);
+}
 
 TEST(Metrics, CountersCarryTheInterfaceNamesAndLabels) {
   config::PipelineConfig pipe;

@@ -14,7 +14,9 @@ namespace {
 using namespace std::chrono_literals;
 using ms = std::chrono::milliseconds;
 
-ms asMs(std::chrono::steady_clock::duration d) { return std::chrono::duration_cast<ms>(d); }
+ms asMs(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<ms>(d);
+}
 
 TEST(Backoff, DoublesWithJitterUpToTheCapAndResetsAfterALongSession) {
   Limits limits;  // 500 ms .. 30 s, reset after a 60 s session
@@ -69,8 +71,9 @@ TEST(DetachReason, ATargetOverItsLimitsLeavesAfterDetachAfterWhileOthersRun) {
   clock.advance(4'999);
   EXPECT_EQ(detachReason(m, true, clock.monotonicNow(), limits), "");
   clock.advance(1);
-  EXPECT_NE(detachReason(m, true, clock.monotonicNow(), limits).find("held the others back for 5.0 s"),
-            std::string::npos);
+  EXPECT_NE(
+      detachReason(m, true, clock.monotonicNow(), limits).find("held the others back for 5.0 s"),
+      std::string::npos);
 }
 
 TEST(DetachReason, CatchingUpResetsTheHoldTimer) {

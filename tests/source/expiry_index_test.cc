@@ -156,7 +156,8 @@ TEST(ExpiryIndex, JournalIsCappedAndReportsTheLoss) {
   idx.set(0, "before", 1);  // not journaling yet: not recorded
   idx.setJournaling(true);
   EXPECT_EQ(idx.journalSize(), 0u);
-  for (size_t i = 0; i <= ExpiryIndex::kMaxJournalOps; ++i) idx.set(0, "k" + std::to_string(i % 10), 5);
+  for (size_t i = 0; i <= ExpiryIndex::kMaxJournalOps; ++i)
+    idx.set(0, "k" + std::to_string(i % 10), 5);
   EXPECT_TRUE(idx.journalLost());
   EXPECT_EQ(idx.journalSize(), 0u);
   std::vector<ExpiryIndex::Op> ops;

@@ -22,7 +22,8 @@ TEST(Crc64, CheckValueOfRedisCrc64Jones) {
   // Incremental == one pass, across the slice-by-8 boundary.
   std::string s(1000, 'x');
   for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(i * 7);
-  EXPECT_EQ(crc64(crc64(0, s.data(), 13), s.data() + 13, s.size() - 13), crc64(0, s.data(), s.size()));
+  EXPECT_EQ(crc64(crc64(0, s.data(), 13), s.data() + 13, s.size() - 13),
+            crc64(0, s.data(), s.size()));
 }
 
 /** Fills a server with one key of every encoding (cf. shared/reference/redis/mkdata.py). */
@@ -137,10 +138,9 @@ TEST_F(RdbWalkerTest, FindsEveryKeyWithItsTypeAndDeadline) {
   EXPECT_EQ(w.keys.size(), 15u);
   EXPECT_EQ(w.resize_keys, 15u);
   std::map<std::string, int> want_types = {
-      {"0:s:raw", 0},     {"0:s:int", 0},        {"0:s:lzf", 0},     {"0:h:small", 16},
-      {"0:h:big", 4},     {"0:l:list", 18},      {"0:set:int", 11},  {"0:set:str", 2},
-      {"0:set:big", 2},   {"0:z:small", 17},     {"0:z:big", 5},     {"0:x:stream", 19},
-      {"3:db3:key", 0}};
+      {"0:s:raw", 0},   {"0:s:int", 0},     {"0:s:lzf", 0},   {"0:h:small", 16}, {"0:h:big", 4},
+      {"0:l:list", 18}, {"0:set:int", 11},  {"0:set:str", 2}, {"0:set:big", 2},  {"0:z:small", 17},
+      {"0:z:big", 5},   {"0:x:stream", 19}, {"3:db3:key", 0}};
   for (const auto& [id, type] : want_types) {
     ASSERT_TRUE(w.keys.count(id)) << id;
     EXPECT_EQ(w.keys[id].first, type) << id;

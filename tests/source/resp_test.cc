@@ -50,7 +50,7 @@ TEST(RespCommand, EverySplitPointGivesTheSameCommandsAndOffsets) {
   appendCommand(stream, {"SELECT", "0"});
   appendCommand(stream, {"SET", "k", "v", "PXAT", "1795280049645"});
   appendCommand(stream, {"SET", "bin", std::string_view("a\r\nb\0c", 6)});  // CRLF and NUL inside
-  appendCommand(stream, {"HSET", "h", "", "x"});                              // empty argument
+  appendCommand(stream, {"HSET", "h", "", "x"});                            // empty argument
   appendCommand(stream, {"ping"});
   std::vector<size_t> ref_ends;
   auto ref = parseSplit(stream, stream.size(), &ref_ends);
@@ -76,9 +76,9 @@ TEST(RespCommand, NeedMoreReportsTheBytesAValueNeeds) {
 
 TEST(RespCommand, MalformedInputIsAnErrorWithItsPosition) {
   std::vector<ArgSpan> spans;
-  for (std::string bad : {"+OK\r\n", "*x\r\n", "*0\r\n", "*-1\r\n", "*1\r\n:5\r\n",
-                          "*1\r\n$-1\r\n", "*1\r\n$3\r\nabcXY", "*1\n", "*99999999999\r\n",
-                          "*1\r\n$999999999999\r\n"}) {
+  for (std::string bad :
+       {"+OK\r\n", "*x\r\n", "*0\r\n", "*-1\r\n", "*1\r\n:5\r\n", "*1\r\n$-1\r\n",
+        "*1\r\n$3\r\nabcXY", "*1\n", "*99999999999\r\n", "*1\r\n$999999999999\r\n"}) {
     auto r = parseCommand(bad, spans);
     EXPECT_EQ(r.status, ParseStatus::Error) << bad;
     EXPECT_NE(r.error.find("at byte"), std::string::npos) << r.error;

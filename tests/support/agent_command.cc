@@ -9,8 +9,7 @@
 namespace xdcr::test {
 
 AgentCommandResult runAgentCommand(const std::vector<std::string>& args,
-                                   const std::string& out_path,
-                                   std::chrono::milliseconds timeout) {
+                                   const std::string& out_path, std::chrono::milliseconds timeout) {
   std::remove(out_path.c_str());
   std::vector<std::string> argv = {defaultAgentBinary()};
   argv.insert(argv.end(), args.begin(), args.end());

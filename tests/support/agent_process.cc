@@ -44,11 +44,17 @@ ExitStatus AgentProcess::terminate(std::chrono::milliseconds timeout) {
   return process_.stop(SIGTERM, timeout);
 }
 
-ExitStatus AgentProcess::kill() { return process_.kill(); }
+ExitStatus AgentProcess::kill() {
+  return process_.kill();
+}
 
-std::string AgentProcess::logText() const { return readFileText(log_path_); }
+std::string AgentProcess::logText() const {
+  return readFileText(log_path_);
+}
 
-std::string AgentProcess::logTail(size_t lines) const { return lastLines(logText(), lines); }
+std::string AgentProcess::logTail(size_t lines) const {
+  return lastLines(logText(), lines);
+}
 
 std::string AgentProcess::sanitizerReport() const {
   // "==PID==ERROR: AddressSanitizer: ...", "==PID==ERROR: LeakSanitizer: ...", and UBSan's

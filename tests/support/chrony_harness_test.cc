@@ -303,7 +303,8 @@ TEST(ChronyServerTest, ChainedServerServesItsOffset) {
                                          std::chrono::steady_clock::now() - start)
                                          .count()));
   // It serves true time − 0.3 s, measured with the project's SNTP client.
-  std::optional<Result<clock::SntpResult>> r = runSync(clock::querySntpServer(chained.ntpAddress()));
+  std::optional<Result<clock::SntpResult>> r =
+      runSync(clock::querySntpServer(chained.ntpAddress()));
   ASSERT_TRUE(r && r->has_value()) << (r ? (*r).error().message : "exception");
   EXPECT_NEAR((*r)->best.offset_ns / 1e6, -300.0, 2.0) << "ms";
   EXPECT_EQ((*r)->best.stratum, 9);

@@ -43,7 +43,9 @@ constexpr auto kStopGrace = std::chrono::seconds(5);
 constexpr uint16_t kPortLow = 20000;
 constexpr uint16_t kPortHigh = 32000;
 
-std::string errnoText(int err) { return std::strerror(err); }
+std::string errnoText(int err) {
+  return std::strerror(err);
+}
 
 in_addr parseLoopback(const std::string& address) {
   in_addr a{};
@@ -312,7 +314,9 @@ ChronyServer::ChronyServer(ChronyOptions o) : options_(std::move(o)), dir_("xdcr
                            logTail());
 }
 
-ChronyServer::~ChronyServer() { stop(); }
+ChronyServer::~ChronyServer() {
+  stop();
+}
 
 std::string ChronyServer::configText() const {
   std::string c;
@@ -572,7 +576,9 @@ void ChronyServer::releaseWatchdog() {
   }
 }
 
-void ChronyServer::requestStop() { process_.sendSignal(SIGTERM); }
+void ChronyServer::requestStop() {
+  process_.sendSignal(SIGTERM);
+}
 
 std::vector<ExitStatus> stopAll(const std::vector<ChronyServer*>& servers) {
   for (ChronyServer* s : servers) {

@@ -290,7 +290,9 @@ void appendCreate(const DatasetKey& k, const DatasetOptions& options, const Thre
   }
 }
 
-bool isString(ValueKind kind) { return redisTypeOf(kind) == "string"; }
+bool isString(ValueKind kind) {
+  return redisTypeOf(kind) == "string";
+}
 
 /** Sends a batch; throws on any error reply or on an expiry command that did not take effect. */
 void sendBatch(RespClient& client, std::vector<RespCommand>* batch) {

@@ -40,7 +40,9 @@ std::string ftshimPath() {
   return ::access(path.c_str(), R_OK) == 0 ? path : std::string();
 }
 
-bool fakeTimeAvailable() { return !libfaketimePath().empty() && !ftshimPath().empty(); }
+bool fakeTimeAvailable() {
+  return !libfaketimePath().empty() && !ftshimPath().empty();
+}
 
 std::string fakeTimeOffsetText(double seconds) {
   if (!std::isfinite(seconds)) {

@@ -333,13 +333,15 @@ TEST(KeyCheckTest, FindsEveryKindOfDifference) {
   const KeyState v{"string", 5000, "v"};
   const int64_t m = 60000;
   // E = 0 under M = 60 s written at now in [1000, 2000]: a deadline in [61000, 62000] +- 100.
-  const std::vector<ExpectedKey> expected = {
-      replicatedKey(v, 0, m, 1000, 2000, 100), replicatedKey(v, 0, m, 1000, 2000, 100),
-      absentKey("filtered"),                   replicatedKey(v, 0, m, 1000, 2000, 100),
-      replicatedKey(v, 0, m, 1000, 2000, 100), replicatedKey(v, 0, 0, 1000, 2000, 100)};
-  const std::vector<KeyState> actual = {{"string", 61900, "v"},   {"none", -2, ""},
-                                        {"string", -1, "v"},      {"string", 61500, "w"},
-                                        {"string", 62101, "v"},   {"string", 3, "v"}};
+  const std::vector<ExpectedKey> expected = {replicatedKey(v, 0, m, 1000, 2000, 100),
+                                             replicatedKey(v, 0, m, 1000, 2000, 100),
+                                             absentKey("filtered"),
+                                             replicatedKey(v, 0, m, 1000, 2000, 100),
+                                             replicatedKey(v, 0, m, 1000, 2000, 100),
+                                             replicatedKey(v, 0, 0, 1000, 2000, 100)};
+  const std::vector<KeyState> actual = {{"string", 61900, "v"}, {"none", -2, ""},
+                                        {"string", -1, "v"},    {"string", 61500, "w"},
+                                        {"string", 62101, "v"}, {"string", 3, "v"}};
   const KeyCheckReport r = checkKeys(refs, expected, actual, 0);
   EXPECT_EQ(r.checked, 6);
   EXPECT_EQ(r.missing, 1);

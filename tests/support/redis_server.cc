@@ -90,7 +90,9 @@ std::unique_ptr<RedisServer> RedisServer::startTls(const RedisTls& tls,
   return std::unique_ptr<RedisServer>(new RedisServer(tls, std::move(extra_args), start_timeout));
 }
 
-std::string RedisServer::unixSocket() const { return tls_ ? dir_.file("redis.sock") : ""; }
+std::string RedisServer::unixSocket() const {
+  return tls_ ? dir_.file("redis.sock") : "";
+}
 
 void RedisServer::startOnFreePort() {
   std::string reasons;
@@ -105,9 +107,13 @@ void RedisServer::startOnFreePort() {
                            " attempts:" + reasons + "\nlog tail:\n" + logTail());
 }
 
-RedisServer::~RedisServer() { stop(); }
+RedisServer::~RedisServer() {
+  stop();
+}
 
-std::string RedisServer::address() const { return "127.0.0.1:" + std::to_string(port_); }
+std::string RedisServer::address() const {
+  return "127.0.0.1:" + std::to_string(port_);
+}
 
 bool RedisServer::startOn(uint16_t port, std::string* why) {
   port_ = port;
@@ -159,8 +165,7 @@ bool RedisServer::startOn(uint16_t port, std::string* why) {
           auto server = client.info("server");
           if (server["process_id"] != std::to_string(process_.pid())) {
             last_error = (tls_ ? unixSocket() : "port " + std::to_string(port)) +
-                         " is served by process_id " +
-                         server["process_id"] + ", not by our pid " +
+                         " is served by process_id " + server["process_id"] + ", not by our pid " +
                          std::to_string(process_.pid());
             return false;
           }

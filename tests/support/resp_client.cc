@@ -60,7 +60,9 @@ RespValue RespValue::bulk(std::string bytes) {
   return v;
 }
 
-RespValue RespValue::null() { return RespValue(); }
+RespValue RespValue::null() {
+  return RespValue();
+}
 
 RespValue RespValue::array(std::vector<RespValue> items) {
   RespValue v;
@@ -164,7 +166,9 @@ RespClient RespClient::unixSocket(const std::string& path, std::chrono::millisec
   return RespClient(io_timeout, path);
 }
 
-RespClient::~RespClient() { close(); }
+RespClient::~RespClient() {
+  close();
+}
 
 RespClient::RespClient(RespClient&& other) noexcept
     : port_(other.port_),
@@ -399,7 +403,9 @@ void RespClient::select(int db) {
   }
 }
 
-bool isAgentMarkerKey(std::string_view key) { return target::isMarkerKey(key); }
+bool isAgentMarkerKey(std::string_view key) {
+  return target::isMarkerKey(key);
+}
 
 int64_t dataDbSize(RespClient& client) {
   const int64_t size = client.command({"DBSIZE"}).integer();

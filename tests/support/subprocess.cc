@@ -40,7 +40,9 @@ std::optional<std::string> findInPath(const std::string& name) {
 
 namespace {
 
-std::string errnoText(int err) { return std::strerror(err); }
+std::string errnoText(int err) {
+  return std::strerror(err);
+}
 
 // Resolves the program before fork(): PATH lookup allocates, which is not safe in the child of a
 // multi-threaded parent.
@@ -249,7 +251,9 @@ bool Subprocess::reap(bool block) {
   return false;
 }
 
-bool Subprocess::running() { return pid_ > 0 && !reap(/*block=*/false); }
+bool Subprocess::running() {
+  return pid_ > 0 && !reap(/*block=*/false);
+}
 
 bool Subprocess::sendSignal(int sig) {
   // Only signal a child we have not reaped: until then the PID cannot be reused by another process.
@@ -316,7 +320,9 @@ StoppedProcess::StoppedProcess(pid_t pid) : pid_(pid) {
   stopped_ = true;
 }
 
-StoppedProcess::~StoppedProcess() { resume(); }
+StoppedProcess::~StoppedProcess() {
+  resume();
+}
 
 void StoppedProcess::resume() {
   if (stopped_) {

@@ -7,7 +7,9 @@
 namespace xdcr::test {
 namespace {
 
-std::string yamlDuration(int64_t s) { return s == 0 ? "0" : std::to_string(s) + "s"; }
+std::string yamlDuration(int64_t s) {
+  return s == 0 ? "0" : std::to_string(s) + "s";
+}
 
 }  // namespace
 
@@ -58,8 +60,7 @@ std::string pipelineConfigYaml(const std::string& state_dir, uint16_t source_por
        << "  log_level: info\n"
        << "clusters:\n"
        << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n"
-       << clusterYaml("dst", target_port, buckets)
-       << "pipelines:\n"
+       << clusterYaml("dst", target_port, buckets) << "pipelines:\n"
        << "  - {name: p, source: src, target: dst, checkpoint_interval: 1s"
        << (pipeline_options.empty() ? "" : ", " + pipeline_options) << "}\n";
   return yaml.str();

@@ -12,8 +12,8 @@ namespace xdcr::test {
 
 struct CollectionSpec {
   std::string name;
-  std::string glob;        // Redis MATCH syntax, matched on the TARGET key name
-  int64_t max_ttl_s = 0;   // 0 inherits the bucket's
+  std::string glob;       // Redis MATCH syntax, matched on the TARGET key name
+  int64_t max_ttl_s = 0;  // 0 inherits the bucket's
 };
 
 struct BucketSpec {
@@ -26,7 +26,7 @@ struct BucketSpec {
 struct MaxTtlOf {
   int64_t bucket_s = 0;
   int64_t collection_s = 0;  // 0 for the default collection
-  std::string collection;     // "_default" when no pattern matched, "(no bucket)" without bucket
+  std::string collection;    // "_default" when no pattern matched, "(no bucket)" without bucket
   /** Effective maxTTL M: the collection's if > 0, else the bucket's. */
   int64_t effectiveMs() const { return (collection_s > 0 ? collection_s : bucket_s) * 1000; }
 };

@@ -24,9 +24,13 @@ TempDir::TempDir(const std::string& prefix) {
   path_ = buffer.data();
 }
 
-TempDir::~TempDir() { remove(); }
+TempDir::~TempDir() {
+  remove();
+}
 
-TempDir::TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+TempDir::TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)) {
+  other.path_.clear();
+}
 
 TempDir& TempDir::operator=(TempDir&& other) noexcept {
   if (this != &other) {

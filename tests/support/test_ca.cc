@@ -67,7 +67,9 @@ std::string subjectValue(const std::string& text) {
 
 }  // namespace
 
-bool opensslAvailable() { return findInPath("openssl").has_value(); }
+bool opensslAvailable() {
+  return findInPath("openssl").has_value();
+}
 
 TestCa::TestCa(std::string dir) : dir_(std::move(dir)) {
   std::error_code ec;
@@ -141,16 +143,23 @@ IssuedCert TestCa::issue(const std::string& name, const std::vector<std::string>
     writeFileText(db + "/serial", "1000\n");
   }
   const std::string cnf = db + "/ca.cnf";
-  writeFileText(cnf, "[ca]\ndefault_ca = test_ca\n"
-                     "[test_ca]\n"
-                     "database = " + db + "/index.txt\n"
-                     "new_certs_dir = " + db + "/new\n"
-                     "serial = " + db + "/serial\n"
-                     "default_md = sha256\n"
-                     "policy = test_policy\n"
-                     "unique_subject = no\n"
-                     "copy_extensions = none\n"
-                     "[test_policy]\ncommonName = supplied\n");
+  writeFileText(cnf,
+                "[ca]\ndefault_ca = test_ca\n"
+                "[test_ca]\n"
+                "database = " +
+                    db +
+                    "/index.txt\n"
+                    "new_certs_dir = " +
+                    db +
+                    "/new\n"
+                    "serial = " +
+                    db +
+                    "/serial\n"
+                    "default_md = sha256\n"
+                    "policy = test_policy\n"
+                    "unique_subject = no\n"
+                    "copy_extensions = none\n"
+                    "[test_policy]\ncommonName = supplied\n");
   runOpenssl({"ca", "-batch", "-config", cnf, "-cert", ca_crt_, "-keyfile", ca_key_, "-in", csr,
               "-out", out.cert_file, "-startdate", options.not_before, "-enddate",
               options.not_after, "-extfile", ext, "-notext"},

@@ -12,7 +12,9 @@ constexpr int64_t kNow = 1'000'000'000'000;
 constexpr int64_t S = 1000;
 
 // Effective M (collection if > 0, else bucket), as §3 defines it; used to state the vectors.
-int64_t effective(int64_t bucket_s, int64_t coll_s) { return (coll_s > 0 ? coll_s : bucket_s) * S; }
+int64_t effective(int64_t bucket_s, int64_t coll_s) {
+  return (coll_s > 0 ? coll_s : bucket_s) * S;
+}
 
 TEST(Clamp, SpecVectors) {
   struct V {
@@ -38,7 +40,8 @@ TEST(Clamp, SpecVectors) {
       {26, kNow + 130 * S, 0, 60, kNow + 60 * S},  // min(S+130s, now+60s), S = now
   };
   for (const auto& v : vectors) {
-    EXPECT_EQ(clampDeadline(v.e, effective(v.bucket_s, v.coll_s), kNow), v.want) << "vector " << v.id;
+    EXPECT_EQ(clampDeadline(v.e, effective(v.bucket_s, v.coll_s), kNow), v.want)
+        << "vector " << v.id;
   }
 }
 
@@ -67,7 +70,7 @@ TEST(MaxTtl, CollectionsBucketsAndInheritance) {
   EXPECT_EQ(p.effectiveMs(0, "tok:7ax"), 5 * S);
   EXPECT_EQ(p.effectiveMs(0, "tok:77x"), 5 * S);
   EXPECT_EQ(p.effectiveMs(0, "tok:a7x"), 600 * S);
-  EXPECT_EQ(p.effectiveMs(0, "other"), 600 * S);        // default collection
+  EXPECT_EQ(p.effectiveMs(0, "other"), 600 * S);  // default collection
   EXPECT_EQ(p.effectiveMs(3, "c:1"), 1000 * S);
   EXPECT_EQ(p.effectiveMs(3, "d:1"), 0);
   EXPECT_EQ(p.effectiveMs(1, "sess:1"), 0);  // no bucket for db 1

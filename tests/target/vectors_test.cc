@@ -20,7 +20,9 @@ using Cmds = std::vector<std::vector<std::string>>;
 constexpr int64_t kNow = 1'000'000'000'000;
 constexpr int64_t S = 1000;
 
-std::string n(int64_t v) { return std::to_string(v); }
+std::string n(int64_t v) {
+  return std::to_string(v);
+}
 
 class Chain {
  public:
@@ -126,7 +128,7 @@ TEST(Vectors, V1to9_SetWithBucketAndCollectionMaxTtl) {
   struct V {
     int id;
     int64_t bucket_s, coll_s;
-    int64_t e_rel_s;  // -1 = no TTL in the SET
+    int64_t e_rel_s;     // -1 = no TTL in the SET
     int64_t want_rel_s;  // -1 = no deadline expected
   } vs[] = {{1, 0, 0, -1, -1},     {2, 600, 0, -1, 600},   {3, 600, 60, -1, 60},
             {4, 600, 60, 30, 30},  {5, 600, 60, 300, 60},  {6, 600, 0, 300, 300},
@@ -136,9 +138,9 @@ TEST(Vectors, V1to9_SetWithBucketAndCollectionMaxTtl) {
     c.maxTtl(v.bucket_s, v.coll_s);
     std::vector<std::string> set = {"SET", "k", "v"};
     if (v.e_rel_s >= 0) set.insert(set.end(), {"PXAT", n(kNow + v.e_rel_s * S)});
-    Cmds want = {v.want_rel_s < 0
-                     ? std::vector<std::string>{"SET", "k", "v"}
-                     : std::vector<std::string>{"SET", "k", "v", "PXAT", n(kNow + v.want_rel_s * S)}};
+    Cmds want = {v.want_rel_s < 0 ? std::vector<std::string>{"SET", "k", "v"}
+                                  : std::vector<std::string>{"SET", "k", "v", "PXAT",
+                                                             n(kNow + v.want_rel_s * S)}};
     EXPECT_EQ(c.feed1(set), want) << "vector " << v.id;
   }
 }
@@ -182,14 +184,16 @@ TEST(Vectors, V15_16_InPlaceWritesExtendUpToMaxTtl) {
   Chain c;
   c.maxTtl(0, 60);
   c.feed1({"SET", "k", "v", "PXAT", n(kNow + 500 * S)});  // source deadline now+500s
-  EXPECT_EQ(c.feed1({"HSET", "k", "f", "v"}),
-            (Cmds{{"MULTI"}, {"HSET", "k", "f", "v"}, {"PEXPIREAT", "k", n(kNow + 60 * S)}, {"EXEC"}}));
+  EXPECT_EQ(
+      c.feed1({"HSET", "k", "f", "v"}),
+      (Cmds{{"MULTI"}, {"HSET", "k", "f", "v"}, {"PEXPIREAT", "k", n(kNow + 60 * S)}, {"EXEC"}}));
   Chain c16;
   c16.maxTtl(0, 60);
   c16.feed1({"HSET", "k", "f", "v"});
   c16.clock.advance(10 * S);
-  EXPECT_EQ(c16.feed1({"HSET", "k", "f", "w"}),
-            (Cmds{{"MULTI"}, {"HSET", "k", "f", "w"}, {"PEXPIREAT", "k", n(kNow + 70 * S)}, {"EXEC"}}));
+  EXPECT_EQ(
+      c16.feed1({"HSET", "k", "f", "w"}),
+      (Cmds{{"MULTI"}, {"HSET", "k", "f", "w"}, {"PEXPIREAT", "k", n(kNow + 70 * S)}, {"EXEC"}}));
   // M == 0: forwarded alone, the target's deadline untouched.
   Chain c0;
   EXPECT_EQ(c0.feed1({"INCR", "k"}), (Cmds{{"INCR", "k"}}));
@@ -219,14 +223,13 @@ TEST(Vectors, ReplayStampNeverNestsMulti) {
   Chain d;
   d.maxTtl(0, 60, "l*");
   d.feed1({"SELECT", "3"});
-  EXPECT_EQ(d.feed({{"INCR", "z"}}, false, true),
-            (Cmds{{"MULTI"},
-                  {"SELECT", "3"},
-                  {"INCR", "z"},
-                  {"SELECT", "0"},
-                  {"SET", "stamp", "r:1"},
-                  {"SELECT", "3"},
-                  {"EXEC"}}));
+  EXPECT_EQ(d.feed({{"INCR", "z"}}, false, true), (Cmds{{"MULTI"},
+                                                        {"SELECT", "3"},
+                                                        {"INCR", "z"},
+                                                        {"SELECT", "0"},
+                                                        {"SET", "stamp", "r:1"},
+                                                        {"SELECT", "3"},
+                                                        {"EXEC"}}));
 }
 
 // Consecutive units share one stamp: from the first replay-unsafe unit on, every unit joins one
@@ -235,11 +238,11 @@ TEST(Vectors, ConsecutiveUnitsShareOneStampedTransaction) {
   Chain c;
   c.maxTtl(0, 60, "l*");
   c.feed1({"SET", "l:1", "v", "PXAT", n(kNow + 500 * S)});
-  EXPECT_EQ(c.feedUnits({{{"SET", "a", "1"}},                    // safe, before: not grouped
-                         {{"INCR", "n"}},                        // opens the group
-                         {{"SET", "b", "2"}},                    // joins it
-                         {{"MULTI"}, {"INCR", "m"}, {"EXEC"}},   // a source transaction
-                         {{"APPEND", "l:1", "w"}}},              // needed its own MULTI
+  EXPECT_EQ(c.feedUnits({{{"SET", "a", "1"}},                   // safe, before: not grouped
+                         {{"INCR", "n"}},                       // opens the group
+                         {{"SET", "b", "2"}},                   // joins it
+                         {{"MULTI"}, {"INCR", "m"}, {"EXEC"}},  // a source transaction
+                         {{"APPEND", "l:1", "w"}}},             // needed its own MULTI
                         {false, false, false, true, false}, true),
             (Cmds{{"SET", "a", "1"},
                   {"MULTI"},
@@ -345,12 +348,14 @@ TEST(Pipeline, RenameGivesTheDestinationTheSourceDeadlineUnderItsOwnCollection) 
   Chain c;
   c.maxTtl(0, 60, "short:*");
   c.feed1({"SET", "a", "v", "PXAT", n(kNow + 500 * S)});
-  EXPECT_EQ(c.feed1({"RENAME", "a", "short:b"}),
-            (Cmds{{"MULTI"}, {"RENAME", "a", "short:b"}, {"PEXPIREAT", "short:b", n(kNow + 60 * S)},
-                  {"EXEC"}}));
-  EXPECT_EQ(c.feed1({"RENAME", "short:b", "c"}),
-            (Cmds{{"MULTI"}, {"RENAME", "short:b", "c"}, {"PEXPIREAT", "c", n(kNow + 500 * S)},
-                  {"EXEC"}}));
+  EXPECT_EQ(c.feed1({"RENAME", "a", "short:b"}), (Cmds{{"MULTI"},
+                                                       {"RENAME", "a", "short:b"},
+                                                       {"PEXPIREAT", "short:b", n(kNow + 60 * S)},
+                                                       {"EXEC"}}));
+  EXPECT_EQ(
+      c.feed1({"RENAME", "short:b", "c"}),
+      (Cmds{
+          {"MULTI"}, {"RENAME", "short:b", "c"}, {"PEXPIREAT", "c", n(kNow + 500 * S)}, {"EXEC"}}));
   EXPECT_EQ(c.index.get(0, "c").ms, kNow + 500 * S);
   EXPECT_EQ(c.index.get(0, "a").state, source::ExpiryIndex::State::None);
 }
@@ -405,9 +410,12 @@ TEST(Commands, MoveCarriesTheDeadlineToTheOtherDbUnderItsClamp) {
   Chain c;
   c.maxTtl(0, 60, "k*", 4);
   c.feed1({"SET", "k", "v", "PXAT", n(kNow + 500 * S)});
-  EXPECT_EQ(c.feed1({"MOVE", "k", "4"}),
-            (Cmds{{"MULTI"}, {"MOVE", "k", "4"}, {"SELECT", "4"},
-                  {"PEXPIREAT", "k", n(kNow + 60 * S)}, {"SELECT", "0"}, {"EXEC"}}));
+  EXPECT_EQ(c.feed1({"MOVE", "k", "4"}), (Cmds{{"MULTI"},
+                                               {"MOVE", "k", "4"},
+                                               {"SELECT", "4"},
+                                               {"PEXPIREAT", "k", n(kNow + 60 * S)},
+                                               {"SELECT", "0"},
+                                               {"EXEC"}}));
   EXPECT_EQ(c.index.get(4, "k").ms, kNow + 500 * S);
   EXPECT_EQ(c.index.get(0, "k").state, source::ExpiryIndex::State::None);
 }
