@@ -61,6 +61,13 @@ std::string SourceLink::label() const {
                      source_cluster_.name, source_cluster_.address());
 }
 
+SourceLink::Member* SourceLink::firstLive() {
+  for (auto& m : members_) {
+    if (!m.gone) return &m;
+  }
+  return nullptr;
+}
+
 size_t SourceLink::live() const {
   size_t n = 0;
   for (const auto& m : members_) n += m.gone ? 0 : 1;
@@ -368,7 +375,7 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
     for (auto& m : members_) {
       if (!m.gone) m.p->setState(PipelineState::Paused);
     }
-    co_await members_.front().p->waitPauseChange(std::chrono::seconds(1));
+    co_await firstLive()->p->waitPauseChange(std::chrono::seconds(1));
   }
   if (live() == 0) co_return Status{};
   for (auto& m : members_) {
@@ -489,7 +496,7 @@ net::awaitable<Status> SourceLink::waitForMembers(bool snapshot) {
     if (over != nullptr) {
       co_await over->sink->waitProgress(std::chrono::milliseconds(100));
     } else if (paused) {
-      co_await members_.front().p->waitPauseChange(std::chrono::milliseconds(200));
+      co_await firstLive()->p->waitPauseChange(std::chrono::milliseconds(200));
     }
   }
   for (auto& m : members_) {
@@ -701,7 +708,13 @@ net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
       changed = changed || m.sink->ackedOffset() != m.p->checkpointedOffset();
       pending = pending || m.pending.has_value();
     }
-    if (now - last_checkpoint_ >= members_.front().p->config().checkpoint_interval && !pending &&
+    // The shortest checkpoint_interval of the pipelines on the link (one checkpoint for all).
+    auto interval = std::chrono::steady_clock::duration::max();
+    for (const auto& m : members_) {
+      if (!m.gone) interval = std::min<std::chrono::steady_clock::duration>(
+                       interval, m.p->config().checkpoint_interval);
+    }
+    if (now - last_checkpoint_ >= interval && !pending &&
         changed && !checkpoint_due_) {
       // readLoop checkpoints at the next unit boundary; if it is waiting for the source, wake
       // it (cancelling a read loses no bytes).
@@ -932,7 +945,7 @@ void SourceLink::reportProgress(bool final) {
     std::string bytes =
         pr.bytes_total ? fmt::format("{:.1f}/{:.1f} MB", pr.bytes_done / 1e6, pr.bytes_total / 1e6)
                        : fmt::format("{:.1f} MB", pr.bytes_done / 1e6);
-    if (::isatty(STDERR_FILENO) == 1 && &m == &members_.front()) {
+    if (::isatty(STDERR_FILENO) == 1 && &m == firstLive()) {
       // A progress bar for a person watching; logs get the same line every few seconds.
       const int width = 30;
       const int filled = pr.keys_total ? static_cast<int>(width * pr.keys_done / pr.keys_total) : 0;

@@ -103,6 +103,8 @@ class SourceLink final : private source::SnapshotConsumer {
   Status loadCheckpoints();
   std::string label() const;
   size_t live() const;
+  /** The first member still on the link (nullptr: none). */
+  Member* firstLive();
   /** Detaches `m` from this link (it runs on a link of its own). */
   void detach(Member& m, const std::string& why);
   /** Hands a stopped member's pipeline back (on_stopped_) once its sink is gone. */
