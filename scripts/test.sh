@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)  # the repository: the blocks after the suite start from here
 bash scripts/install-deps.sh --test
 bash scripts/build.sh
+# Static checks first (scripts/lint.sh: clang-format, clang-tidy; ~3 min on 2 cores). LINT=0 skips.
+if [ "${LINT:-1}" != 0 ]; then
+  BUILD_DIR="${BUILD_DIR:-build}" bash scripts/lint.sh
+fi
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 "$@"
 
