@@ -25,7 +25,9 @@ namespace {
 volatile std::sig_atomic_t g_interrupted = 0;
 const Clock::time_point g_program_start = Clock::now();
 
-void onSignal(int) { g_interrupted = 1; }
+void onSignal(int) {
+  g_interrupted = 1;
+}
 
 }  // namespace
 
@@ -39,7 +41,9 @@ void installSignalHandlers() {
   ::signal(SIGPIPE, SIG_IGN);
 }
 
-bool interrupted() { return g_interrupted != 0; }
+bool interrupted() {
+  return g_interrupted != 0;
+}
 
 void checkInterrupted() {
   if (g_interrupted != 0) {
@@ -187,7 +191,9 @@ namespace {
 std::chrono::nanoseconds g_quiet_budget{0};
 }  // namespace
 
-void setQuietBudget(std::chrono::seconds budget) { g_quiet_budget = budget; }
+void setQuietBudget(std::chrono::seconds budget) {
+  g_quiet_budget = budget;
+}
 
 std::optional<double> waitForQuiet() {
   constexpr double kQuiet = 0.25;
@@ -222,7 +228,9 @@ StoppedProcess::StoppedProcess(pid_t pid) : pid_(pid) {
   stopped_ = true;
 }
 
-StoppedProcess::~StoppedProcess() { resume(); }
+StoppedProcess::~StoppedProcess() {
+  resume();
+}
 
 void StoppedProcess::resume() {
   if (stopped_) {

@@ -80,7 +80,9 @@ struct Options {
   int quiet_wait_s = 0;
 };
 
-std::string modeName(bool maxttl) { return maxttl ? "on" : "off"; }
+std::string modeName(bool maxttl) {
+  return maxttl ? "on" : "off";
+}
 
 [[noreturn]] void usage(const std::string& error) {
   if (!error.empty()) {
@@ -155,7 +157,9 @@ Options parseOptions(int argc, char** argv) {
   return options;
 }
 
-int64_t dbSize(RespClient& client) { return client.command({"DBSIZE"}).integer(); }
+int64_t dbSize(RespClient& client) {
+  return client.command({"DBSIZE"}).integer();
+}
 
 std::string agentConfigYaml(const std::string& state_dir, uint16_t source_port,
                             uint16_t target_port, bool maxttl) {
