@@ -711,11 +711,11 @@ net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
     // The shortest checkpoint_interval of the pipelines on the link (one checkpoint for all).
     auto interval = std::chrono::steady_clock::duration::max();
     for (const auto& m : members_) {
-      if (!m.gone) interval = std::min<std::chrono::steady_clock::duration>(
-                       interval, m.p->config().checkpoint_interval);
+      if (!m.gone)
+        interval = std::min<std::chrono::steady_clock::duration>(interval,
+                                                                 m.p->config().checkpoint_interval);
     }
-    if (now - last_checkpoint_ >= interval && !pending &&
-        changed && !checkpoint_due_) {
+    if (now - last_checkpoint_ >= interval && !pending && changed && !checkpoint_due_) {
       // readLoop checkpoints at the next unit boundary; if it is waiting for the source, wake
       // it (cancelling a read loses no bytes).
       checkpoint_due_ = true;
