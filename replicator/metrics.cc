@@ -149,8 +149,8 @@ using Samples = std::vector<MetricSample>;
             }},
 #define XDCR_ROW_COUNTER_BY(field, Enum, label, names, metric, status, help)              \
   MetricRow{metric, "counter", status, help, [](const PipelineMetrics& p, Samples& out) { \
-              for (size_t i = 0; i < names.size(); ++i) {                                 \
-                addSample(out, label, names[i], p.stats->field[i]);                       \
+              for (size_t i = 0; i < (names).size(); ++i) {                               \
+                addSample(out, label, (names)[i], p.stats->field[i]);                     \
               }                                                                           \
             }},
 #define XDCR_ROW_COUNTER_BY_KEY(field, label, metric, status, help)                       \

@@ -157,8 +157,8 @@ class Cursor {
         if (out) {
           int64_t v = 0;
           if (width == 1) {
-            v = static_cast<int8_t>(
-                raw[0]);  // NOLINT(bugprone-signed-char-misuse): RDB INT8 is signed
+            // RDB's 8-bit integer encoding is signed.
+            v = static_cast<int8_t>(raw[0]);  // NOLINT(bugprone-signed-char-misuse)
           } else if (width == 2) {
             int16_t x;
             std::memcpy(&x, raw.data(), 2);
