@@ -51,6 +51,13 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
   }
 }
 
+void Pipeline::setLink(SourceLink* link) {
+  link_ = link;
+  // A pipeline that joins a link (at start, or detached onto its own) brings the source clock's
+  // latest measurement, rather than leaving the link at 0 until the next clock check.
+  if (link_ != nullptr && skew_.measured) link_->setSourceClockOffsetMs(source_offset_ms_);
+}
+
 void Pipeline::stop() {
   if (stopping_) return;
   stopping_ = true;
@@ -219,7 +226,8 @@ void Pipeline::onClockReport(const clock::ClockReport& report) {
   auto toMs = [](int64_t ns) { return (ns >= 0 ? ns + 500'000 : ns - 500'000) / 1'000'000; };
   if (skew_.measured) {
     // Rule 5 reads the source's now, the clamp (rule 4) the target's own now.
-    if (link_ != nullptr) link_->setSourceClockOffsetMs(toMs(skew_.source_offset_ns));
+    source_offset_ms_ = toMs(skew_.source_offset_ns);
+    if (link_ != nullptr) link_->setSourceClockOffsetMs(source_offset_ms_);
     target_clock_.setOffsetMs(toMs(skew_.target_offset_ns));
   }
   switch (cc.on_skew) {

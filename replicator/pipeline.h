@@ -124,9 +124,19 @@ class Pipeline {
   const std::optional<Checkpoint>& resumePoint() const { return resume_; }
   /** A new session's sink, on the link's executor. */
   std::unique_ptr<target::Sink> makeSink(const clock::Clock& clock);
-  /** Makes `sink` the live one (status reads its acknowledged offset); nullptr at the end. */
-  void setLiveSink(target::Sink* sink) { live_sink_ = sink; }
-  void setLink(SourceLink* link) { link_ = link; }
+  /**
+   * Makes `sink` the live one (status reads its acknowledged offset; compensation changes reach
+   * it); nullptr at the end. It gets the compensation in force now: a clock report may have
+   * arrived while it was being connected.
+   */
+  void setLiveSink(target::Sink* sink) {
+    live_sink_ = sink;
+    if (sink != nullptr) sink->setCompensationMs(compensation_ms_);
+  }
+  /** Joins `link` (nullptr: leaves it); the link's source clock takes this pipeline's offset. */
+  void setLink(SourceLink* link);
+  /** The source cluster's measured clock offset (ms, 0 until measured). */
+  int64_t sourceClockOffsetMs() const { return source_offset_ms_; }
   /**
    * Compares the target's marker with the checkpoint's; when the target lost data the checkpoint
    * counts as written, drops the checkpoint (the pipeline needs a full sync). Returns the offset
@@ -190,6 +200,7 @@ class Pipeline {
   clock::PipelineSkew skew_;
   bool skew_measured_before_ = false;  // skew_ of the previous report was measured
   int64_t compensation_ms_ = 0;
+  int64_t source_offset_ms_ = 0;  // θ_source of the latest measurement
   std::chrono::steady_clock::time_point last_skew_warning_{};
   Notify pause_wake_;
   double lag_seconds_ = 0;
