@@ -1,6 +1,7 @@
 #include "bench/bench_common.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -106,34 +108,77 @@ void progress(const std::string& text) {
   std::cerr << stamp << text << std::endl;
 }
 
-std::optional<double> cpuSeconds(pid_t pid) {
+namespace {
+
+/** The fields of /proc/PID/stat the benchmarks read, in clock ticks. */
+struct ProcStat {
+  pid_t ppid = 0;
+  unsigned long long utime = 0, stime = 0, cutime = 0, cstime = 0;
+};
+
+std::optional<ProcStat> readProcStat(pid_t pid) {
   std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
   if (!std::getline(file, text)) {
     return std::nullopt;
   }
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count fields after
-  // the last ')'. utime and stime are fields 14 and 15 (1-based), i.e. the 12th and 13th after
-  // the state.
+  // the last ')'. ppid is field 4 (1-based), utime, stime, cutime, cstime fields 14 to 17, i.e.
+  // the 2nd and the 12th to 15th after the state.
   const size_t close = text.rfind(')');
-  if (close == std::string::npos) {
+  if (close == std::string::npos || close + 2 > text.size()) {
     return std::nullopt;
   }
   std::istringstream rest(text.substr(close + 2));
   std::string field;
-  unsigned long long utime = 0;
-  unsigned long long stime = 0;
-  for (int i = 1; i <= 13 && rest >> field; ++i) {  // field 1 = state (field 3 of the file)
-    if (i == 12) {
-      utime = std::stoull(field);
-    } else if (i == 13) {
-      stime = std::stoull(field);
+  ProcStat st;
+  try {
+    for (int i = 1; i <= 15 && rest >> field; ++i) {  // field 1 = state (field 3 of the file)
+      if (i == 2) st.ppid = static_cast<pid_t>(std::stol(field));
+      if (i == 12) st.utime = std::stoull(field);
+      if (i == 13) st.stime = std::stoull(field);
+      if (i == 14) st.cutime = std::stoull(field);
+      if (i == 15) st.cstime = std::stoull(field);
     }
+  } catch (const std::logic_error&) {
+    return std::nullopt;
   }
   if (!rest) {
     return std::nullopt;
   }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return st;
+}
+
+double ticks(unsigned long long n) {
+  return static_cast<double>(n) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+std::optional<double> cpuSeconds(pid_t pid) {
+  const auto st = readProcStat(pid);
+  if (!st) {
+    return std::nullopt;
+  }
+  return ticks(st->utime + st->stime);
+}
+
+std::optional<double> cpuSecondsWithChildren(pid_t pid) {
+  const auto st = readProcStat(pid);
+  if (!st) {
+    return std::nullopt;
+  }
+  unsigned long long sum = st->utime + st->stime + st->cutime + st->cstime;
+  if (DIR* proc = ::opendir("/proc")) {
+    while (const dirent* entry = ::readdir(proc)) {
+      const char* name = entry->d_name;
+      if (*name < '1' || *name > '9') continue;
+      const auto child = readProcStat(static_cast<pid_t>(std::atol(name)));
+      if (child && child->ppid == pid) sum += child->utime + child->stime;
+    }
+    ::closedir(proc);
+  }
+  return ticks(sum);
 }
 
 std::optional<double> statusBytes(pid_t pid, const std::string& field) {
@@ -173,7 +218,7 @@ ForeignLoad::ForeignLoad(std::vector<pid_t> ours)
 
 double ForeignLoad::oursNow() const {
   double sum = cpuSeconds(::getpid()).value_or(0);
-  for (pid_t pid : ours_) sum += cpuSeconds(pid).value_or(0);
+  for (pid_t pid : ours_) sum += cpuSecondsWithChildren(pid).value_or(0);
   return sum;
 }
 

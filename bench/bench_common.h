@@ -53,6 +53,12 @@ void progress(const std::string& text);
 
 /** utime + stime of the whole process (every thread), in seconds; nullopt if unreadable. */
 std::optional<double> cpuSeconds(pid_t pid);
+/**
+ * cpuSeconds() plus that of the process's children: those it has waited for (cutime + cstime)
+ * and those still running (every thread). A source redis-server forks a child for the RDB of a
+ * full sync; without this, that child's CPU counted as another process's load.
+ */
+std::optional<double> cpuSecondsWithChildren(pid_t pid);
 /** A "Vm...:" line of /proc/PID/status (VmRSS, VmHWM, ...) in bytes; nullopt if unreadable. */
 std::optional<double> statusBytes(pid_t pid, const std::string& field);
 
@@ -61,10 +67,11 @@ std::optional<double> machineBusySeconds();
 
 /**
  * How much of the machine something else used while a measurement ran: busy CPU of the whole
- * machine minus that of this process and of `ours` (its children), per second of wall time, in
- * cores. The benchmarks share the machine with whatever else runs (a compiler, another test
- * suite); a figure measured under 0.5 foreign cores of a 2-core machine says more about that
- * than about the agent, so every measurement reports it.
+ * machine minus that of this process and of `ours` (its children, each with its own children:
+ * cpuSecondsWithChildren), per second of wall time, in cores. The benchmarks share the machine
+ * with whatever else runs (a compiler, another test suite); a figure measured under 0.5 foreign
+ * cores of a 2-core machine says more about that than about the agent, so every measurement
+ * reports it.
  */
 class ForeignLoad {
  public:

@@ -1,4 +1,4 @@
-// Folds the JSON of stream_bench (drain, lag, cost) and of full_sync_bench into ONE table
+// Folds the JSON of stream_bench (drain, lag, cost, fanout) and of full_sync_bench into ONE table
 // (stdout) and one JSON file: the benchmarks' own results unchanged under "stream" and
 // "full_sync", plus the table's rows under "table".
 //
@@ -165,6 +165,60 @@ int main(int argc, char** argv) {
     not_run.push_back("drain");
   }
 
+  // Fan-out: the agent's figures (ONE agent, two pipelines of one source into two targets, the
+  // first with the clamp on, the second without) go in the "agent clamp on" column; "native" is
+  // two replicas of the same source.
+  bool fanout = false;
+  if (have_stream && stream.contains("fanout")) {
+    fanout = true;
+    const json& f = stream["fanout"];
+    const json& m = f["median"];
+    const std::string native = "native_2_replicas";
+    const std::string agent = "agent_2_pipelines";
+    const auto runs = f.contains("runs") ? f["runs"].size() : 0;
+    const std::string head = "fan-out " + thousands(num(f, {"ops"})) + " SET PXAT -> 2 targets";
+    const auto ratio = num(m, {"ratio"});
+    rows.push_back({head + ": ops/s, both have all (median of " + std::to_string(runs) + ")",
+                    thousands(num(m, {native, "ops_per_s"})),
+                    thousands(num(m, {agent, "ops_per_s"})), "(same agent)", fmt(ratio, 2), "", "",
+                    ""});
+    auto each = [&](const std::string& who) {
+      std::string out;
+      if (m.contains(who) && m[who].contains("target_drain_s") &&
+          m[who]["target_drain_s"].is_array()) {
+        for (const auto& t : m[who]["target_drain_s"]) {
+          out += (out.empty() ? "" : " / ") +
+                 fmt(t.is_number() ? std::optional(t.get<double>()) : std::nullopt, 3);
+        }
+      }
+      return out.empty() ? std::string("-") : out;
+    };
+    rows.push_back({"fan-out: each target done after s (1st / 2nd)", each(native), each(agent), "",
+                    "", "", "", ""});
+    const auto n_cpu = num(m, {native, "cpu_s"});
+    const auto a_cpu = num(m, {agent, "cpu_s"});
+    rows.push_back({"fan-out: consumer CPU s (both replicas; the agent)", fmt(n_cpu, 2),
+                    fmt(a_cpu, 2), "", n_cpu && a_cpu && *n_cpu > 0 ? fmt(*a_cpu / *n_cpu, 2) : "-",
+                    "", "", ""});
+    rows.push_back({"fan-out: + the agent's 2 target redis CPU s", "",
+                    fmt(num(m, {agent, "target_cpu_s"}), 2), "", "", "", "", ""});
+    const auto n_rep = num(m, {native, "source_replicas"});
+    const auto a_rep = num(m, {agent, "source_replicas"});
+    const auto n_err = num(m, {native, "errors"});
+    const auto a_err = num(m, {agent, "errors"});
+    const bool one_link = a_rep && *a_rep == 1 && n_rep && *n_rep == 2 && n_err.value_or(1) == 0 &&
+                          a_err.value_or(1) == 0;
+    rows.push_back({"fan-out: replicas the source lists (INFO connected_slaves)", fmt(n_rep, 0),
+                    fmt(a_rep, 0), "", "", "", "agent 1, native 2", one_link ? "met" : "MISSED"});
+    rows.push_back(
+        {"fan-out: other load on the machine, cores (max)",
+         fmt(num(m, {native, "foreign_cores_max"}), 2),
+         fmt(num(m, {agent, "foreign_cores_max"}), 2), "", "", "", "~0 (a quiet machine)",
+         quiet({num(m, {native, "foreign_cores_max"}), num(m, {agent, "foreign_cores_max"})})});
+  } else {
+    not_run.push_back("fanout");
+  }
+
   if (have_stream && stream.contains("lag")) {
     const json& l = stream["lag"];
     const std::string head =
@@ -312,6 +366,11 @@ int main(int argc, char** argv) {
     std::cout << "not run:";
     for (const auto& n : not_run) std::cout << " " << n;
     std::cout << "\n";
+  }
+  if (fanout) {
+    std::cout << "fan-out: native = 2 replicas of one source; agent = ONE agent, 2 pipelines of "
+                 "that source (one replication link) into 2 targets, the 1st with the clamp on, "
+                 "the 2nd without (its figures in the 'agent clamp on' column)\n";
   }
   if (have_stream) {
     std::cout << "machine: " << stream.value("cpus", 0) << " CPUs, redis "

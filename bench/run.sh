@@ -12,10 +12,15 @@
 #   fullsync  full sync of 1M keys of mixed types (full_sync_bench --maxttl both)
 #   cost      CPU s per million events, peak RSS, RSS growth per million tracked deadlines and
 #             the agent's expiry-index gauges (stream_bench, 3 x 1M deadlines)
+#   fanout    the drain's backlog into TWO targets: one agent running two pipelines of one source
+#             (one replication link; target 1 with the clamp on, target 2 without) against two
+#             native replicas of the source; ops/s until both targets have everything, the
+#             agent's CPU s; the source must list one replica for the agent, two for the natives
+#             (stream_bench; --runs runs, medians)
 #
 # Options (all optional):
-#   --only LIST        drain,lag,fullsync,cost (comma-separated or repeated; default all)
-#   --runs R           drain and full-sync runs (default 3)
+#   --only LIST        drain,lag,fullsync,cost,fanout (comma-separated or repeated; default all)
+#   --runs R           drain, fan-out and full-sync runs (default 3)
 #   --ops N            commands of one drain (default 1000000)
 #   --keys N           full-sync keys (default 1000000)
 #   --lag-seconds S    (default 30)      --lag-rate W   writes/s (default 50000)
@@ -28,7 +33,7 @@
 #   --no-build         use what build-bench holds
 # Environment: BUILD_DIR (default build-bench), BUILD_JOBS (default 2).
 # Every redis-server and agent is a child of a benchmark, stopped by PID, also on failure or
-# Ctrl-C. Default runtime on a quiet 2-core machine: about 5.5 minutes plus the build (each
+# Ctrl-C. Default runtime on a quiet 2-core machine: about 7 minutes plus the build (each
 # measurement adds a 1 s quiet check; on a busy one up to 2 x --quiet-wait more).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -57,15 +62,15 @@ while [[ $# -gt 0 ]]; do
     *) echo "run.sh: unknown option $1" >&2; usage ;;
   esac
 done
-only="${only:-drain,lag,fullsync,cost}"
+only="${only:-drain,lag,fullsync,cost,fanout}"
 stream_parts=""
 run_full=0
 IFS=',' read -r -a parts <<<"$only"
 for part in "${parts[@]}"; do
   case "$part" in
-    drain|lag|cost) stream_parts="${stream_parts:+$stream_parts,}$part" ;;
+    drain|lag|cost|fanout) stream_parts="${stream_parts:+$stream_parts,}$part" ;;
     fullsync) run_full=1 ;;
-    *) echo "run.sh: --only takes drain, lag, fullsync, cost (not '$part')" >&2; exit 2 ;;
+    *) echo "run.sh: --only takes drain, lag, fullsync, cost, fanout (not '$part')" >&2; exit 2 ;;
   esac
 done
 

@@ -1,9 +1,14 @@
 // Stream benchmarks (measurements, not tests): the agent against a native Redis replica of the
-// same source, on the same machine, in the same run. Three consumers are measured each time:
+// same source, on the same machine, in the same run. Three consumers are measured each time
+// (drain, lag, cost):
 //   native     a fresh redis-server, REPLICAOF the source (Redis defaults);
 //   agent-on   the agent, the target's maxTTL clamp ON: collections key:* and lag:* with
 //              max_ttl 10m, shorter than the 1 h deadlines written, so every write is clamped;
 //   agent-off  the agent, no buckets: no clamp.
+// and two for the fan-out part:
+//   native x2  two fresh redis-servers, each REPLICAOF the source;
+//   agent x2   ONE agent with two pipelines of the source (so one replication link) into two
+//              fresh targets, the first with the clamp on (as agent-on), the second without.
 // Every measurement gets a fresh source and a fresh consumer (no full sync of earlier data); the
 // consumer is shown to stream (agent: /readyz 200; native: master_link_status:up; both: a warm-up
 // key written on the source is seen on the target) before anything is timed.
@@ -19,6 +24,13 @@
 //          __keyspace@0__:lag:* on its own connection and thread) give each key's visibility
 //          time; lag = visibility - send time of its batch, one steady clock. p50/p90/p99/p99.9/
 //          max, and how many writes were seen (all must be).
+//   fanout the drain (as above, the same code) of native x2 against agent x2: every consuming
+//          process (both replicas; the agent) is SIGSTOPped while the backlog is written, and the
+//          time runs until the sentinel is on BOTH targets (the slower one); each target's own
+//          time is kept too. CPU s of the consumers (the agent; both replicas) and of the agent's
+//          two targets. Before and after each drain the source must list exactly one replica
+//          for the agent and two for native x2 (INFO replication connected_slaves, each online),
+//          or the measurement fails. R runs, the order rotated; medians.
 //   cost   the drain twice on one consumer (keys 0..N-1, then N..2N-1): CPU s per million events
 //          of each phase, VmRSS once caught up on an empty expiry index, after N and after 2N
 //          tracked deadlines (each read 2 s after the drain, past a checkpoint), hence RSS growth
@@ -28,8 +40,9 @@
 // Every process is a child stopped by its PID (RAII, also on errors and on SIGINT/SIGTERM;
 // PR_SET_PDEATHSIG if this process is killed); a SIGSTOPped consumer is SIGCONTed on the way out.
 //
-//   stream_bench [--only drain,lag,cost] [--ops N] [--runs R] [--lag-seconds S] [--lag-rate W]
-//                [--value-size B] [--json FILE] [--agent PATH] [--timeout S] [--quiet-wait S]
+//   stream_bench [--only drain,lag,cost,fanout] [--ops N] [--runs R] [--lag-seconds S]
+//                [--lag-rate W] [--value-size B] [--json FILE] [--agent PATH] [--timeout S]
+//                [--quiet-wait S]
 
 #include <signal.h>
 #include <unistd.h>
@@ -84,7 +97,7 @@ std::string defaultAgent() {
 }
 
 struct Options {
-  std::set<std::string> only = {"drain", "lag", "cost"};
+  std::set<std::string> only = {"drain", "lag", "cost", "fanout"};
   int64_t ops = 1000000;
   int runs = 3;
   int lag_seconds = 30;
@@ -102,12 +115,12 @@ struct Options {
     std::cerr << "stream_bench: " << error << "\n";
   }
   std::cerr
-      << "usage: stream_bench [--only drain,lag,cost] [--ops N] [--runs R] [--lag-seconds S]\n"
-         "                    [--lag-rate W] [--value-size B] [--json FILE] [--agent PATH]\n"
-         "                    [--timeout S] [--quiet-wait S]\n"
+      << "usage: stream_bench [--only drain,lag,cost,fanout] [--ops N] [--runs R]\n"
+         "                    [--lag-seconds S] [--lag-rate W] [--value-size B] [--json FILE]\n"
+         "                    [--agent PATH] [--timeout S] [--quiet-wait S]\n"
          "  --only LIST       parts to run, comma-separated or repeated (default all)\n"
          "  --ops N           commands of one drain (default 1000000); cost drains 3 x N\n"
-         "  --runs R          drain runs of each consumer (default 3); medians reported\n"
+         "  --runs R          drain and fan-out runs of each consumer (default 3); medians\n"
          "  --lag-seconds S   length of the paced load (default 30)\n"
          "  --lag-rate W      writes per second of the paced load (default 50000)\n"
          "  --value-size B    bytes of each value (default 256)\n"
@@ -140,8 +153,8 @@ Options parseOptions(int argc, char** argv) {
         std::stringstream list(value());
         std::string part;
         while (std::getline(list, part, ',')) {
-          if (part != "drain" && part != "lag" && part != "cost") {
-            usage("--only takes drain, lag or cost (full sync is full_sync_bench)");
+          if (part != "drain" && part != "lag" && part != "cost" && part != "fanout") {
+            usage("--only takes drain, lag, cost or fanout (full sync is full_sync_bench)");
           }
           options.only.insert(part);
         }
@@ -184,8 +197,12 @@ Options parseOptions(int argc, char** argv) {
 
 // ---- consumers ----
 
-enum class Kind { Native, AgentOn, AgentOff };
+// The drain, lag and cost parts compare one native replica with one agent pipeline (clamp on,
+// clamp off); the fan-out part compares two native replicas of one source with ONE agent running
+// two pipelines of that source (one link) into two targets, the first with the clamp on.
+enum class Kind { Native, AgentOn, AgentOff, NativeFanout, AgentFanout };
 constexpr std::array<Kind, 3> kKinds = {Kind::Native, Kind::AgentOn, Kind::AgentOff};
+constexpr std::array<Kind, 2> kFanoutKinds = {Kind::NativeFanout, Kind::AgentFanout};
 
 std::string kindName(Kind kind) {
   switch (kind) {
@@ -195,8 +212,30 @@ std::string kindName(Kind kind) {
       return "agent_clamp_on";
     case Kind::AgentOff:
       return "agent_clamp_off";
+    case Kind::NativeFanout:
+      return "native_2_replicas";
+    case Kind::AgentFanout:
+      return "agent_2_pipelines";
   }
   return "?";
+}
+
+bool isAgentKind(Kind kind) { return kind != Kind::Native && kind != Kind::NativeFanout; }
+
+/** The consumer's targets, in order: whether each has the maxTTL clamp on. */
+std::vector<bool> targetClamps(Kind kind) {
+  switch (kind) {
+    case Kind::Native:
+    case Kind::AgentOff:
+      return {false};
+    case Kind::AgentOn:
+      return {true};
+    case Kind::NativeFanout:
+      return {false, false};
+    case Kind::AgentFanout:
+      return {true, false};
+  }
+  return {};
 }
 
 /** A source redis-server as the benchmarks need it. */
@@ -216,72 +255,137 @@ std::unique_ptr<RedisServer> startSource() {
   return source;
 }
 
+/** The name of the agent's i-th pipeline and of its target cluster. */
+std::string pipelineName(size_t i) {
+  return i == 0 ? kPipeline : kPipeline + std::to_string(i + 1);
+}
+std::string targetClusterName(size_t i) { return i == 0 ? "dst" : "dst" + std::to_string(i + 1); }
+
 /**
- * One consumer of a source, streaming: a native replica (the target is the replica itself), or
- * the agent with a fresh target and state_dir. The members are declared so that the agent is
- * stopped first, then the target, then the directory is removed.
+ * The agent's configuration: cluster `src`, one target cluster and one pipeline of `src` per
+ * target (pipeline p -> dst, p2 -> dst2, ...: one shared link when there are several), a 1 s
+ * checkpoint interval, the admin server on `admin`. A target with the clamp on has db 0's
+ * collections key:* and lag:* at max_ttl kClampS.
+ */
+std::string agentYaml(const std::string& state_dir, const std::string& admin, uint16_t source_port,
+                      const std::vector<uint16_t>& target_ports, const std::vector<bool>& clamps) {
+  std::ostringstream yaml;
+  yaml << "agent:\n"
+       << "  state_dir: \"" << state_dir << "\"\n"
+       << "  admin_listen: \"" << admin << "\"\n"
+       << "  log_level: info\n"
+       << "clusters:\n"
+       << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n";
+  for (size_t i = 0; i < target_ports.size(); ++i) {
+    yaml << "  " << targetClusterName(i) << ":\n"
+         << "    type: redis\n"
+         << "    address: \"127.0.0.1:" << target_ports[i] << "\"\n";
+    if (clamps[i]) {
+      yaml << "    buckets:\n"
+           << "      - db: 0\n"
+           << "        max_ttl: 0\n"
+           << "        collections:\n"
+           << "          - {name: bench, keys: \"key:*\", max_ttl: " << kClampS << "s}\n"
+           << "          - {name: lag, keys: \"lag:*\", max_ttl: " << kClampS << "s}\n";
+    }
+  }
+  yaml << "pipelines:\n";
+  for (size_t i = 0; i < target_ports.size(); ++i) {
+    yaml << "  - {name: " << pipelineName(i) << ", source: src, target: " << targetClusterName(i)
+         << ", checkpoint_interval: 1s}\n";
+  }
+  return yaml.str();
+}
+
+/**
+ * The consumer side of a source, streaming: native replicas (each target is a replica itself,
+ * REPLICAOF the source), or one agent with a fresh state_dir and one fresh target per pipeline.
+ * The members are declared so that the agent is stopped first, then the targets, then the
+ * directory is removed.
  */
 class Consumer {
  public:
-  Consumer(Kind kind, RedisServer& source, const Options& options) : kind_(kind) {
-    target_ = std::make_unique<RedisServer>(std::vector<std::string>{}, std::chrono::seconds(30));
-    if (kind_ == Kind::Native) {
-      RespClient client = target_->client(30s);
-      RespValue reply = client.command({"REPLICAOF", "127.0.0.1", std::to_string(source.port())});
-      if (reply.isError()) {
-        throw std::runtime_error("REPLICAOF: " + reply.toString());
+  Consumer(Kind kind, RedisServer& source, const Options& options)
+      : kind_(kind), clamps_(targetClamps(kind)) {
+    std::vector<uint16_t> ports;
+    for (size_t i = 0; i < clamps_.size(); ++i) {
+      targets_.push_back(
+          std::make_unique<RedisServer>(std::vector<std::string>{}, std::chrono::seconds(30)));
+      ports.push_back(targets_.back()->port());
+    }
+    if (!isAgent()) {
+      for (auto& target : targets_) {
+        RespClient client = target->client(30s);
+        RespValue reply = client.command({"REPLICAOF", "127.0.0.1", std::to_string(source.port())});
+        if (reply.isError()) {
+          throw std::runtime_error("REPLICAOF: " + reply.toString());
+        }
+        waitFor("the native replica's link", 60s, [&] {
+          auto info = client.info("replication");
+          return info["master_link_status"] == "up" && info["master_sync_in_progress"] == "0";
+        });
       }
-      waitFor("the native replica's link", 60s, [&] {
-        auto info = client.info("replication");
-        return info["master_link_status"] == "up" && info["master_sync_in_progress"] == "0";
-      });
     } else {
       dir_ = std::make_unique<TempDir>("xdcr-bench");
       admin_ = "127.0.0.1:" + std::to_string(test::freePort());
-      std::vector<test::BucketSpec> buckets;
-      if (kind_ == Kind::AgentOn) {
-        buckets = {{0, 0, {{"bench", "key:*", kClampS}, {"lag", "lag:*", kClampS}}}};
-      }
-      std::string yaml =
-          test::pipelineConfigYaml(dir_->file("state"), source.port(), target_->port(), buckets);
-      const std::string head = "agent:\n";
-      if (yaml.rfind(head, 0) != 0) {
-        throw std::runtime_error("unexpected pipelineConfigYaml output");
-      }
-      yaml.insert(head.size(), "  admin_listen: \"" + admin_ + "\"\n");
       const std::string config = dir_->file("xdcr.yaml");
-      test::writeFileText(config, yaml);
+      test::writeFileText(config,
+                          agentYaml(dir_->file("state"), admin_, source.port(), ports, clamps_));
       agent_ = std::make_unique<AgentProcess>(config, dir_->file("agent.log"),
                                               std::vector<std::string>{}, options.agent);
       waitFor("the agent's /readyz", 60s,
               [&] { return httpGet(admin_, "/readyz", 2s).first == 200; });
     }
-    // Streaming, shown end to end: a key written on the source now reaches the target.
+    // Streaming, shown end to end: a key written on the source now reaches every target.
     RespClient src = source.client(30s);
-    RespClient dst = target_->client(30s);
     src.command({"SET", "warmup", "1"});
-    waitFor("the warm-up key on the target", 30s, [&] {
-      return dst.command({"EXISTS", "warmup"}).integer() == 1;
-    });
+    for (auto& target : targets_) {
+      RespClient dst = target->client(30s);
+      waitFor("the warm-up key on the target", 30s, [&] {
+        return dst.command({"EXISTS", "warmup"}).integer() == 1;
+      });
+    }
   }
 
   Kind kind() const { return kind_; }
-  bool isAgent() const { return kind_ != Kind::Native; }
-  /** The process that consumes the stream: the agent, or the native replica. */
-  pid_t pid() const { return agent_ ? agent_->pid() : target_->pid(); }
-  RedisServer& target() { return *target_; }
+  bool isAgent() const { return isAgentKind(kind_); }
+  /** The processes that consume the stream: the agent, or each native replica. */
+  std::vector<pid_t> pids() const {
+    if (agent_) return {agent_->pid()};
+    std::vector<pid_t> out;
+    for (const auto& t : targets_) out.push_back(t->pid());
+    return out;
+  }
+  /** The first (for the lag part, the only) consuming process. */
+  pid_t pid() const { return pids().front(); }
+  size_t targetCount() const { return targets_.size(); }
+  RedisServer& target(size_t i = 0) { return *targets_.at(i); }
+  /** Whether target i has the maxTTL clamp on. */
+  bool clamped(size_t i) const { return clamps_.at(i); }
+  std::vector<pid_t> targetPids() const {
+    std::vector<pid_t> out;
+    for (const auto& t : targets_) out.push_back(t->pid());
+    return out;
+  }
+  /** How many replicas the source must list for this consumer: the agent ONE, whatever its
+   * number of pipelines (they share one link); each native replica one. */
+  int64_t expectedReplicas() const { return isAgent() ? 1 : static_cast<int64_t>(targets_.size()); }
 
   /** Throws with the agent's log tail if it has ended. */
   void checkAlive() {
     if (agent_ && !agent_->running()) {
       throw std::runtime_error("the agent " + agent_->describeState() + "\n" + agent_->logTail(30));
     }
-    if (!target_->running()) {
-      throw std::runtime_error("the target/replica redis-server ended\n" + target_->logTail(20));
+    for (auto& target : targets_) {
+      if (!target->running()) {
+        throw std::runtime_error("a target/replica redis-server ended\n" + target->logTail(20));
+      }
     }
   }
-  std::string logTail() const { return agent_ ? agent_->logTail(30) : target_->logTail(20); }
-  /** The agent's /metrics, "" for a native replica or when it cannot be read. */
+  std::string logTail() const {
+    return agent_ ? agent_->logTail(30) : targets_.front()->logTail(20);
+  }
+  /** The agent's /metrics, "" for native replicas or when it cannot be read. */
   std::string metrics() const {
     if (!agent_) {
       return "";
@@ -308,11 +412,41 @@ class Consumer {
   }
 
   Kind kind_;
+  std::vector<bool> clamps_;
   std::unique_ptr<TempDir> dir_;
-  std::unique_ptr<RedisServer> target_;
+  std::vector<std::unique_ptr<RedisServer>> targets_;
   std::string admin_;
   std::unique_ptr<AgentProcess> agent_;
 };
+
+/**
+ * The replicas the source lists (INFO replication): exactly consumer.expectedReplicas(), each
+ * online, or this throws. For the agent with two pipelines that is ONE: they share one link.
+ */
+int64_t checkSourceReplicas(RedisServer& source, const Consumer& consumer,
+                            const std::string& when) {
+  auto info = source.client(10s).info("replication");
+  const int64_t expected = consumer.expectedReplicas();
+  int64_t connected = -1;
+  try {
+    connected = std::stoll(info["connected_slaves"]);
+  } catch (const std::logic_error&) {
+  }
+  int64_t online = 0;
+  std::string listed;
+  for (int64_t i = 0; i < std::max<int64_t>(connected, 0); ++i) {
+    const std::string line = info["slave" + std::to_string(i)];
+    listed += "\n  slave" + std::to_string(i) + ":" + line;
+    if (line.find("state=online") != std::string::npos) ++online;
+  }
+  if (connected != expected || online != expected) {
+    throw std::runtime_error("the source lists " + std::to_string(connected) + " replica(s), " +
+                             std::to_string(online) + " online, " + when + "; " +
+                             kindName(consumer.kind()) + " must be exactly " +
+                             std::to_string(expected) + " (INFO replication):" + listed);
+  }
+  return connected;
+}
 
 // ---- the load ----
 
@@ -357,22 +491,52 @@ double writeLoad(uint16_t port, int64_t first, int64_t count, const std::string&
 
 // ---- drain ----
 
+/** The sum over `pids` of a per-process reading; nullopt when any is unreadable or none given. */
+template <class Read>
+std::optional<double> sumOver(const std::vector<pid_t>& pids, Read read) {
+  if (pids.empty()) return std::nullopt;
+  double sum = 0;
+  for (pid_t pid : pids) {
+    const std::optional<double> v = read(pid);
+    if (!v) return std::nullopt;
+    sum += *v;
+  }
+  return sum;
+}
+std::optional<double> cpuOf(const std::vector<pid_t>& pids) { return sumOver(pids, cpuSeconds); }
+std::optional<double> statusOf(const std::vector<pid_t>& pids, const std::string& field) {
+  return sumOver(pids, [&](pid_t pid) { return statusBytes(pid, field); });
+}
+std::optional<double> delta(const std::optional<double>& before,
+                            const std::optional<double>& after) {
+  if (!before || !after) return std::nullopt;
+  return *after - *before;
+}
+
+/** One target of a drain: when it had everything, and the deadline it gave the last key. */
+struct TargetDrain {
+  bool clamp = false;
+  double drain_s = 0;
+  int64_t deadline_shift_ms = 0;  // target PEXPIRETIME - source's, of the last key
+};
+
 struct Phase {
   int64_t first = 0;
   int64_t count = 0;
   double write_s = 0;
-  double drain_s = 0;
-  std::optional<double> cpu_s;
-  std::optional<double> target_cpu_s;   // the agent's target redis-server (agent consumers only)
+  double drain_s = 0;                   // until the slowest target had everything
+  std::optional<double> cpu_s;          // the consumer processes (the agent, or every replica)
+  std::optional<double> target_cpu_s;   // the agent's target redis-servers (agent consumers only)
   std::optional<double> source_cpu_s;   // the source redis-server, over the drain
   std::optional<double> foreign_cores;  // other processes' CPU during the drain (ForeignLoad)
-  std::optional<double> rss_before;     // VmRSS before the load (settled)
+  std::optional<double> rss_before;     // VmRSS before the load (settled), summed over consumers
   std::optional<double> rss_after;      // VmRSS after the drain (settled, in cost mode)
   std::optional<double> hwm;            // VmHWM after the drain
   std::optional<double> index_entries;
   std::optional<double> index_bytes;
   std::optional<double> clamped_total;
-  std::optional<int64_t> deadline_shift_ms;  // target PEXPIRETIME - source's, of the last key
+  std::vector<TargetDrain> targets;
+  int64_t source_replicas = -1;  // INFO replication connected_slaves after the drain (checked)
 
   double opsPerSecond() const { return drain_s > 0 ? static_cast<double>(count) / drain_s : 0; }
   std::optional<double> cpuPerMillion() const {
@@ -380,6 +544,11 @@ struct Phase {
     return *cpu_s / (static_cast<double>(count) / 1e6);
   }
   nlohmann::json toJson() const {
+    nlohmann::json targets_json = nlohmann::json::array();
+    for (const auto& t : targets) {
+      targets_json.push_back(
+          {{"clamp", t.clamp}, {"drain_s", t.drain_s}, {"deadline_shift_ms", t.deadline_shift_ms}});
+    }
     return {
         {"first_key", first},
         {"ops", count},
@@ -400,7 +569,9 @@ struct Phase {
         {"expiry_index_bytes", jsonOrNull(index_bytes)},
         {"expiry_clamped_total", jsonOrNull(clamped_total)},
         {"deadline_shift_ms",
-         deadline_shift_ms ? nlohmann::json(*deadline_shift_ms) : nlohmann::json(nullptr)}};
+         targets.empty() ? nlohmann::json(nullptr) : nlohmann::json(targets[0].deadline_shift_ms)},
+        {"targets", targets_json},
+        {"source_replicas", source_replicas}};
   }
 };
 
@@ -413,96 +584,116 @@ void readAgentGauges(Consumer& consumer, Phase& phase) {
 }
 
 /**
- * One drain on a streaming consumer: keys [first, first+count) written while it is stopped,
- * then the time from SIGCONT until the sentinel is on the target. `settle`: wait 2 s before the
- * RSS readings (a checkpoint happens in between), as the cost part does.
+ * One drain on a streaming consumer: keys [first, first+count) written while every consuming
+ * process is stopped, then the time from SIGCONT until the sentinel is on every target (each
+ * target's own time is kept; the phase's is the slowest). `settle`: wait 2 s before the RSS
+ * readings (a checkpoint happens in between), as the cost part does.
  */
 Phase drainPhase(RedisServer& source, Consumer& consumer, int64_t first, int64_t count,
                  const std::string& value, const Options& options, bool settle) {
   Phase phase;
   phase.first = first;
   phase.count = count;
-  const pid_t pid = consumer.pid();
+  const std::vector<pid_t> pids = consumer.pids();
+  // The agent's targets do the writing; a native replica is its own target (counted in cpu_s).
+  const std::vector<pid_t> target_pids =
+      consumer.isAgent() ? consumer.targetPids() : std::vector<pid_t>{};
   const std::string sentinel = "sentinel:" + std::to_string(first);
   if (settle) {
     sleepFor(2s);
   }
-  phase.rss_before = statusBytes(pid, "VmRSS");
-  RespClient poll = consumer.target().client(10s);
-  const pid_t target_pid = consumer.target().pid();
+  phase.rss_before = statusOf(pids, "VmRSS");
+  std::vector<RespClient> polls;
+  for (size_t i = 0; i < consumer.targetCount(); ++i) {
+    polls.push_back(consumer.target(i).client(10s));
+  }
   std::optional<double> cpu0;
   std::optional<double> target_cpu0;
   std::optional<double> source_cpu0;
   Clock::time_point start;
   {
-    StoppedProcess stopped(pid);
+    std::vector<std::unique_ptr<StoppedProcess>> stopped;
+    for (pid_t pid : pids) stopped.push_back(std::make_unique<StoppedProcess>(pid));
     phase.write_s = writeLoad(source.port(), first, count, value, sentinel);
-    cpu0 = cpuSeconds(pid);
-    target_cpu0 = cpuSeconds(target_pid);
+    cpu0 = cpuOf(pids);
+    target_cpu0 = cpuOf(target_pids);
     source_cpu0 = cpuSeconds(source.pid());
     start = Clock::now();
-    stopped.resume();
+    for (auto& s : stopped) s->resume();
   }
-  const ForeignLoad foreign({pid, target_pid, source.pid()});
+  std::vector<pid_t> ours = pids;
+  ours.insert(ours.end(), target_pids.begin(), target_pids.end());
+  ours.push_back(source.pid());
+  const ForeignLoad foreign(ours);
   const auto deadline = start + std::chrono::seconds(options.timeout_s);
-  for (uint64_t polls = 0;; ++polls) {
-    if (poll.command({"EXISTS", sentinel}).integer() == 1) {
+  std::vector<std::optional<double>> arrived(polls.size());
+  for (uint64_t polls_done = 0;; ++polls_done) {
+    size_t missing = 0;
+    for (size_t i = 0; i < polls.size(); ++i) {
+      if (arrived[i]) continue;
+      if (polls[i].command({"EXISTS", sentinel}).integer() == 1) {
+        arrived[i] = secondsSince(start);
+      } else {
+        ++missing;
+      }
+    }
+    if (missing == 0) {
       break;
     }
-    if (polls % 256 == 0) {
+    if (polls_done % 256 == 0) {
       checkInterrupted();
       consumer.checkAlive();
     }
     if (Clock::now() > deadline) {
-      throw std::runtime_error("the sentinel " + sentinel + " is not on the target after " +
+      throw std::runtime_error("the sentinel " + sentinel + " is not on " +
+                               std::to_string(missing) + " target(s) after " +
                                std::to_string(options.timeout_s) + " s\n" + consumer.logTail());
     }
     std::this_thread::sleep_for(1ms);
   }
-  phase.drain_s = secondsSince(start);
   phase.foreign_cores = foreign.cores();
-  const auto cpu1 = cpuSeconds(pid);
-  if (cpu0 && cpu1) {
-    phase.cpu_s = *cpu1 - *cpu0;
-  }
-  const auto target_cpu1 = cpuSeconds(target_pid);
-  const auto source_cpu1 = cpuSeconds(source.pid());
-  if (source_cpu0 && source_cpu1) {
-    phase.source_cpu_s = *source_cpu1 - *source_cpu0;
-  }
-  if (consumer.isAgent() && target_cpu0 && target_cpu1) {
-    phase.target_cpu_s = *target_cpu1 - *target_cpu0;
-  }
-  phase.hwm = statusBytes(pid, "VmHWM");
+  phase.cpu_s = delta(cpu0, cpuOf(pids));
+  phase.source_cpu_s = delta(source_cpu0, cpuSeconds(source.pid()));
+  phase.target_cpu_s = delta(target_cpu0, cpuOf(target_pids));
+  phase.hwm = statusOf(pids, "VmHWM");
   if (settle) {
     sleepFor(2s);
-    phase.hwm = statusBytes(pid, "VmHWM");
+    phase.hwm = statusOf(pids, "VmHWM");
   }
-  phase.rss_after = statusBytes(pid, "VmRSS");
+  phase.rss_after = statusOf(pids, "VmRSS");
   if (consumer.isAgent()) {
     readAgentGauges(consumer, phase);
   }
-  // Every key arrived (spot checks: the first and the last), with which deadline.
+  // Still one replica per native replica and ONE for the agent: no pipeline left a shared link.
+  phase.source_replicas = checkSourceReplicas(source, consumer, "after the drain");
+  // Every key arrived on every target (spot checks: the first and the last), with which
+  // deadline: clamp on shortens the 1 h deadline to ~10 min from now, clamp off and a native
+  // replica keep it exactly.
   const std::string last = "key:" + std::to_string(first + count - 1);
   RespClient src = source.client(10s);
-  for (const std::string& key : {"key:" + std::to_string(first), last}) {
-    if (poll.command({"EXISTS", key}).integer() != 1) {
-      throw std::runtime_error(key + " is missing on the target after the sentinel arrived");
-    }
-  }
   const int64_t source_deadline = src.command({"PEXPIRETIME", last}).integer();
-  const int64_t target_deadline = poll.command({"PEXPIRETIME", last}).integer();
-  phase.deadline_shift_ms = target_deadline - source_deadline;
-  // The configuration did what it says: clamp on shortens the 1 h deadline to ~10 min from
-  // now, clamp off and the native replica keep it exactly.
   const int64_t clamped_shift = -(kHourMs - kClampS * 1000);
-  const bool ok = consumer.kind() == Kind::AgentOn
-                      ? *phase.deadline_shift_ms < clamped_shift + 5 * 60 * 1000
-                      : *phase.deadline_shift_ms == 0;
-  if (!ok) {
-    throw std::runtime_error(
-        last + ": target deadline - source deadline = " + std::to_string(*phase.deadline_shift_ms) +
-        " ms, not what " + kindName(consumer.kind()) + " must give");
+  for (size_t i = 0; i < polls.size(); ++i) {
+    TargetDrain t;
+    t.clamp = consumer.clamped(i);
+    t.drain_s = *arrived[i];
+    phase.drain_s = std::max(phase.drain_s, t.drain_s);
+    for (const std::string& key : {"key:" + std::to_string(first), last}) {
+      if (polls[i].command({"EXISTS", key}).integer() != 1) {
+        throw std::runtime_error(key + " is missing on target " + std::to_string(i + 1) +
+                                 " after the sentinel arrived");
+      }
+    }
+    t.deadline_shift_ms = polls[i].command({"PEXPIRETIME", last}).integer() - source_deadline;
+    const bool ok =
+        t.clamp ? t.deadline_shift_ms < clamped_shift + 5 * 60 * 1000 : t.deadline_shift_ms == 0;
+    if (!ok) {
+      throw std::runtime_error(
+          last + " on target " + std::to_string(i + 1) +
+          ": target deadline - source deadline = " + std::to_string(t.deadline_shift_ms) +
+          " ms, not what " + kindName(consumer.kind()) + " must give");
+    }
+    phase.targets.push_back(t);
   }
   return phase;
 }
@@ -525,20 +716,27 @@ Measurement measureDrain(Kind kind, int phases, const std::string& value, const 
     waitForQuiet();
     auto source = startSource();
     Consumer consumer(kind, *source, options);
+    checkSourceReplicas(*source, consumer, "once streaming");
     for (int i = 0; i < phases; ++i) {
       progress("  " + kindName(kind) + ": drain of keys " + std::to_string(i * options.ops) + ".." +
                std::to_string((i + 1) * options.ops - 1));
       m.phases.push_back(drainPhase(*source, consumer, i * options.ops, options.ops, value, options,
                                     /*settle=*/phases > 1));
       const Phase& p = m.phases.back();
+      std::string each;
+      if (p.targets.size() > 1) {
+        for (const auto& t : p.targets) each += (each.empty() ? "" : " / ") + cell(t.drain_s);
+        each = " (each target: " + each + " s)";
+      }
       progress("  " + kindName(kind) + ": " + cell(p.opsPerSecond(), 0) + " ops/s (" +
-               cell(p.drain_s) + " s, written in " + cell(p.write_s, 2) + " s), CPU " +
-               cell(p.cpuPerMillion(), 2) + " s/M" +
+               cell(p.drain_s) + " s" + each + ", written in " + cell(p.write_s, 2) + " s), CPU " +
+               cell(p.cpu_s, 2) + " s, " + cell(p.cpuPerMillion(), 2) + " s/M" +
                (p.target_cpu_s
-                    ? " (its target " + cell(*p.target_cpu_s / (p.count / 1e6), 2) + " s/M)"
+                    ? " (its target(s) " + cell(*p.target_cpu_s / (p.count / 1e6), 2) + " s/M)"
                     : std::string()) +
                ", VmHWM " + cell(p.hwm ? std::optional(*p.hwm / 1048576.0) : std::nullopt, 1) +
-               " MiB, other load " + cell(p.foreign_cores, 2) + " cores");
+               " MiB, source replicas " + std::to_string(p.source_replicas) + ", other load " +
+               cell(p.foreign_cores, 2) + " cores");
     }
   } catch (const Interrupted&) {
     throw;
@@ -763,6 +961,92 @@ std::optional<double> diffPerMillion(const std::optional<double>& after,
   return (*after - *before) / (static_cast<double>(count) / 1e6);
 }
 
+/**
+ * The drain and fan-out parts: options.runs runs, each measuring every kind of `kinds` once on a
+ * fresh source (a 1-phase measureDrain), the order rotated each run; per run the ratio of each
+ * kind named in `ratio_keys` to `reference` (ops/s); medians of everything over the runs.
+ * Clears `ok` when a measurement failed.
+ */
+template <size_t N>
+nlohmann::json runDrains(const std::string& part, const std::array<Kind, N>& kinds, Kind reference,
+                         const std::map<Kind, std::string>& ratio_keys, const std::string& value,
+                         const Options& options, bool& ok) {
+  nlohmann::json runs = nlohmann::json::array();
+  std::map<Kind, std::vector<double>> ops, cpu, cpu_per_m, hwm, target_cpu, target_cpu_per_m;
+  std::map<Kind, std::vector<std::vector<double>>> target_s;  // [kind][target] -> runs
+  std::map<std::string, std::vector<double>> ratios;
+  std::map<Kind, double> foreign_max;
+  std::map<Kind, int64_t> replicas, errors;
+  for (int run = 1; run <= options.runs; ++run) {
+    std::map<Kind, Measurement> results;
+    std::string order;
+    for (size_t step = 0; step < kinds.size(); ++step) {
+      const Kind kind = kinds[(step + static_cast<size_t>(run - 1)) % kinds.size()];
+      order += (order.empty() ? "" : ",") + kindName(kind);
+      progress(part + " run " + std::to_string(run) + "/" + std::to_string(options.runs) + ": " +
+               kindName(kind));
+      results[kind] = measureDrain(kind, 1, value, options);
+    }
+    nlohmann::json run_json = {{"run", run}, {"order", order}};
+    for (auto& [kind, m] : results) {
+      run_json[kindName(kind)] = m.toJson();
+      if (!m.error.empty()) {
+        ok = false;
+        ++errors[kind];
+      }
+      if (m.phases.empty()) continue;
+      const Phase& p = m.phases[0];
+      const double millions = static_cast<double>(p.count) / 1e6;
+      ops[kind].push_back(p.opsPerSecond());
+      if (p.cpu_s) cpu[kind].push_back(*p.cpu_s);
+      if (p.cpuPerMillion()) cpu_per_m[kind].push_back(*p.cpuPerMillion());
+      if (p.hwm) hwm[kind].push_back(*p.hwm);
+      if (p.foreign_cores) foreign_max[kind] = std::max(foreign_max[kind], *p.foreign_cores);
+      if (p.target_cpu_s) {
+        target_cpu[kind].push_back(*p.target_cpu_s);
+        target_cpu_per_m[kind].push_back(*p.target_cpu_s / millions);
+      }
+      auto& per_target = target_s[kind];
+      per_target.resize(std::max(per_target.size(), p.targets.size()));
+      for (size_t i = 0; i < p.targets.size(); ++i) per_target[i].push_back(p.targets[i].drain_s);
+      replicas[kind] = p.source_replicas;
+    }
+    std::string said;
+    for (const auto& [kind, key] : ratio_keys) {
+      const auto& a = results[kind];
+      const auto& n = results[reference];
+      std::optional<double> r;
+      if (!a.phases.empty() && !n.phases.empty() && n.phases[0].opsPerSecond() > 0) {
+        r = a.phases[0].opsPerSecond() / n.phases[0].opsPerSecond();
+        ratios[key].push_back(*r);
+      }
+      run_json[key] = jsonOrNull(r);
+      said += (said.empty() ? "" : ", ") + kindName(kind) + "/" + kindName(reference) + " " +
+              cell(r, 2);
+    }
+    progress(part + " run " + std::to_string(run) + ": " + said);
+    runs.push_back(run_json);
+  }
+  nlohmann::json med;
+  for (Kind kind : kinds) {
+    nlohmann::json per_target = nlohmann::json::array();
+    for (const auto& times : target_s[kind]) per_target.push_back(jsonOrNull(median(times)));
+    med[kindName(kind)] = {
+        {"ops_per_s", jsonOrNull(median(ops[kind]))},
+        {"cpu_s", jsonOrNull(median(cpu[kind]))},
+        {"cpu_s_per_million", jsonOrNull(median(cpu_per_m[kind]))},
+        {"vmhwm_bytes", jsonOrNull(median(hwm[kind]))},
+        {"target_cpu_s", jsonOrNull(median(target_cpu[kind]))},
+        {"target_cpu_s_per_million", jsonOrNull(median(target_cpu_per_m[kind]))},
+        {"target_drain_s", per_target},
+        {"foreign_cores_max", foreign_max[kind]},
+        {"source_replicas", replicas.count(kind) ? nlohmann::json(replicas[kind]) : nullptr},
+        {"errors", errors[kind]}};
+  }
+  for (const auto& [kind, key] : ratio_keys) med[key] = jsonOrNull(median(ratios[key]));
+  return {{"ops", options.ops}, {"runs", runs}, {"median", med}};
+}
+
 int runBenchmark(const Options& options) {
   const std::string value = makeValue(options.value_size);
   nlohmann::json out = {{"benchmark", "stream"},
@@ -781,66 +1065,9 @@ int runBenchmark(const Options& options) {
   if (options.wants("drain")) {
     progress("drain: " + std::to_string(options.ops) + " SET PXAT, " +
              std::to_string(options.runs) + " runs x native, agent clamp on, agent clamp off");
-    nlohmann::json runs = nlohmann::json::array();
-    std::map<Kind, std::vector<double>> ops, cpu, hwm, target_cpu;
-    std::vector<double> ratio_on, ratio_off;
-    std::map<Kind, double> foreign_max;
-    for (int run = 1; run <= options.runs; ++run) {
-      std::map<Kind, Measurement> results;
-      std::string order;
-      for (size_t step = 0; step < kKinds.size(); ++step) {
-        const Kind kind = kKinds[(step + static_cast<size_t>(run - 1)) % kKinds.size()];
-        order += (order.empty() ? "" : ",") + kindName(kind);
-        progress("drain run " + std::to_string(run) + "/" + std::to_string(options.runs) + ": " +
-                 kindName(kind));
-        results[kind] = measureDrain(kind, 1, value, options);
-      }
-      nlohmann::json run_json = {{"run", run}, {"order", order}};
-      for (auto& [kind, m] : results) {
-        run_json[kindName(kind)] = m.toJson();
-        if (!m.error.empty()) ok = false;
-        if (!m.phases.empty()) {
-          ops[kind].push_back(m.phases[0].opsPerSecond());
-          if (m.phases[0].cpuPerMillion()) cpu[kind].push_back(*m.phases[0].cpuPerMillion());
-          if (m.phases[0].hwm) hwm[kind].push_back(*m.phases[0].hwm);
-          if (m.phases[0].foreign_cores) {
-            foreign_max[kind] = std::max(foreign_max[kind], *m.phases[0].foreign_cores);
-          }
-          if (m.phases[0].target_cpu_s) {
-            target_cpu[kind].push_back(*m.phases[0].target_cpu_s /
-                                       (static_cast<double>(m.phases[0].count) / 1e6));
-          }
-        }
-      }
-      auto ratio = [&](Kind agent) -> std::optional<double> {
-        const auto& a = results[agent];
-        const auto& n = results[Kind::Native];
-        if (a.phases.empty() || n.phases.empty() || n.phases[0].opsPerSecond() <= 0) {
-          return std::nullopt;
-        }
-        return a.phases[0].opsPerSecond() / n.phases[0].opsPerSecond();
-      };
-      const auto on = ratio(Kind::AgentOn);
-      const auto off = ratio(Kind::AgentOff);
-      if (on) ratio_on.push_back(*on);
-      if (off) ratio_off.push_back(*off);
-      run_json["ratio_on"] = jsonOrNull(on);
-      run_json["ratio_off"] = jsonOrNull(off);
-      progress("drain run " + std::to_string(run) + ": agent/native clamp on " + cell(on, 2) +
-               ", clamp off " + cell(off, 2));
-      runs.push_back(run_json);
-    }
-    nlohmann::json med;
-    for (Kind kind : kKinds) {
-      med[kindName(kind)] = {{"ops_per_s", jsonOrNull(median(ops[kind]))},
-                             {"cpu_s_per_million", jsonOrNull(median(cpu[kind]))},
-                             {"vmhwm_bytes", jsonOrNull(median(hwm[kind]))},
-                             {"target_cpu_s_per_million", jsonOrNull(median(target_cpu[kind]))},
-                             {"foreign_cores_max", foreign_max[kind]}};
-    }
-    med["ratio_on"] = jsonOrNull(median(ratio_on));
-    med["ratio_off"] = jsonOrNull(median(ratio_off));
-    out["drain"] = {{"ops", options.ops}, {"runs", runs}, {"median", med}};
+    out["drain"] =
+        runDrains("drain", kKinds, Kind::Native,
+                  {{Kind::AgentOn, "ratio_on"}, {Kind::AgentOff, "ratio_off"}}, value, options, ok);
   }
 
   if (options.wants("lag")) {
@@ -900,6 +1127,15 @@ int runBenchmark(const Options& options) {
       cost[kindName(kind)] = j;
     }
     out["cost"] = cost;
+  }
+
+  if (options.wants("fanout")) {
+    progress("fan-out: " + std::to_string(options.ops) + " SET PXAT into 2 targets, " +
+             std::to_string(options.runs) +
+             " runs x 2 native replicas, 1 agent with 2 pipelines (target 1 clamp on, 2 off)");
+    out["fanout"] = runDrains("fan-out", kFanoutKinds, Kind::NativeFanout,
+                              {{Kind::AgentFanout, "ratio"}}, value, options, ok);
+    out["fanout"]["targets"] = 2;
   }
 
   if (!options.json_path.empty()) {
