@@ -220,7 +220,9 @@ std::string kindName(Kind kind) {
   return "?";
 }
 
-bool isAgentKind(Kind kind) { return kind != Kind::Native && kind != Kind::NativeFanout; }
+bool isAgentKind(Kind kind) {
+  return kind != Kind::Native && kind != Kind::NativeFanout;
+}
 
 /** The consumer's targets, in order: whether each has the maxTTL clamp on. */
 std::vector<bool> targetClamps(Kind kind) {
@@ -259,7 +261,9 @@ std::unique_ptr<RedisServer> startSource() {
 std::string pipelineName(size_t i) {
   return i == 0 ? kPipeline : kPipeline + std::to_string(i + 1);
 }
-std::string targetClusterName(size_t i) { return i == 0 ? "dst" : "dst" + std::to_string(i + 1); }
+std::string targetClusterName(size_t i) {
+  return i == 0 ? "dst" : "dst" + std::to_string(i + 1);
+}
 
 /**
  * The agent's configuration: cluster `src`, one target cluster and one pipeline of `src` per
@@ -503,7 +507,9 @@ std::optional<double> sumOver(const std::vector<pid_t>& pids, Read read) {
   }
   return sum;
 }
-std::optional<double> cpuOf(const std::vector<pid_t>& pids) { return sumOver(pids, cpuSeconds); }
+std::optional<double> cpuOf(const std::vector<pid_t>& pids) {
+  return sumOver(pids, cpuSeconds);
+}
 std::optional<double> statusOf(const std::vector<pid_t>& pids, const std::string& field) {
   return sumOver(pids, [&](pid_t pid) { return statusBytes(pid, field); });
 }
