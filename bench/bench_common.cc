@@ -265,25 +265,6 @@ std::optional<double> waitForQuiet() {
   }
 }
 
-StoppedProcess::StoppedProcess(pid_t pid) : pid_(pid) {
-  if (pid_ <= 0 || ::kill(pid_, SIGSTOP) != 0) {
-    throw std::runtime_error("cannot SIGSTOP pid " + std::to_string(pid_) + ": " +
-                             std::strerror(errno));
-  }
-  stopped_ = true;
-}
-
-StoppedProcess::~StoppedProcess() {
-  resume();
-}
-
-void StoppedProcess::resume() {
-  if (stopped_) {
-    ::kill(pid_, SIGCONT);
-    stopped_ = false;
-  }
-}
-
 // ---- sockets ----
 
 namespace {

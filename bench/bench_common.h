@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/support/subprocess.h"
+
 namespace xdcr::bench {
 
 using Clock = std::chrono::steady_clock;
@@ -97,23 +99,8 @@ class ForeignLoad {
 void setQuietBudget(std::chrono::seconds budget);
 std::optional<double> waitForQuiet();
 
-/**
- * SIGSTOPs a process for the life of this object; the destructor (or resume()) sends SIGCONT,
- * so a benchmark that fails while a consumer is stopped leaves no stopped process behind (a
- * stopped process would not act on the SIGTERM its owner sends before the SIGKILL).
- */
-class StoppedProcess {
- public:
-  explicit StoppedProcess(pid_t pid);
-  ~StoppedProcess();
-  StoppedProcess(const StoppedProcess&) = delete;
-  StoppedProcess& operator=(const StoppedProcess&) = delete;
-  void resume();
-
- private:
-  pid_t pid_;
-  bool stopped_ = false;
-};
+/** SIGSTOP for a scope, SIGCONT on every exit: the test harness's (tests/support). */
+using test::StoppedProcess;
 
 // ---- the agent's admin server ----
 
