@@ -307,6 +307,23 @@ RedisEndpoint ClusterConfig::endpoint() const {
   return e;
 }
 
+RedisEndpoint ClusterConfig::endpointAt(const std::string& node_host, uint16_t node_port) const {
+  RedisEndpoint e = endpoint();
+  e.host = node_host;
+  e.port = node_port;
+  return e;
+}
+
+RedisEndpoint ClusterConfig::sentinelEndpoint(const NodeAddress& s) const {
+  RedisEndpoint e = endpoint();
+  e.host = s.host;
+  e.port = s.port;
+  e.username = sentinel_username;
+  e.password.reset();
+  if (sentinel_password.present()) e.password = sentinel_password.value;
+  return e;
+}
+
 std::string Secret::describe() const {
   switch (kind) {
     case Kind::None:

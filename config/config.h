@@ -100,20 +100,58 @@ struct BucketConfig {
   Mark mark;
 };
 
+/** A node's address: host and port (a cluster's seed node, a Sentinel). */
+struct NodeAddress {
+  std::string host;
+  uint16_t port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+  bool operator==(const NodeAddress&) const = default;
+};
+
+/** The kinds of cluster (interface.md §2 and §6.1). */
+enum class ClusterKind { Redis, RedisCluster, RedisSentinel };
+/** redis_cluster as a source: replicate each shard from its master or from one of its replicas. */
+enum class ReadFrom { Master, Replica };
+
 struct ClusterConfig {
   std::string name;
-  std::string type = "redis";
-  std::string host;  // from `address`
+  std::string type = "redis";  // as written: redis | redis_cluster | redis_sentinel
+  ClusterKind kind = ClusterKind::Redis;
+  // type redis: `address`. redis_cluster: the first seed. redis_sentinel: the master's address
+  // as last discovered is not kept here; host/port are the first Sentinel's (for messages only).
+  std::string host;
   uint16_t port = 6379;
+  /** redis_cluster: `addresses`, the seed nodes (any nodes of the cluster). */
+  std::vector<NodeAddress> seeds;
+  /** redis_cluster as a source: `read_from`. */
+  ReadFrom read_from = ReadFrom::Master;
+  /** redis_sentinel: `sentinels`, `master_name`, and the Sentinels' own credentials. */
+  std::vector<NodeAddress> sentinels;
+  std::string master_name;
+  std::string sentinel_username;
+  Secret sentinel_password;
+  /**
+   * `link_timeout`: a connection that carried nothing for this long is dead (Redis's
+   * repl-timeout for the agent's own links).
+   */
+  Duration link_timeout{std::chrono::seconds(60)};
   std::string username;  // optional ACL user
   Secret password;
   std::optional<TlsConfig> tls;       // present = TLS on
   std::vector<BucketConfig> buckets;  // maxTTL applied when this cluster is a target
   Mark mark;
 
+  bool isRedisCluster() const { return kind == ClusterKind::RedisCluster; }
+  bool isSentinel() const { return kind == ClusterKind::RedisSentinel; }
+  /** For messages: the address (type redis), the seeds (redis_cluster), the Sentinels. */
   std::string address() const { return host + ":" + std::to_string(port); }
   /** How to connect: address, username, the resolved password (when set), TLS options. */
   RedisEndpoint endpoint() const;
+  /** The same credentials and TLS options for another node of this cluster (a shard's master
+   *  or replica found by discovery; the master a Sentinel names). */
+  RedisEndpoint endpointAt(const std::string& node_host, uint16_t node_port) const;
+  /** How to reach the Sentinel `s` (sentinel_username/sentinel_password, the cluster's TLS). */
+  RedisEndpoint sentinelEndpoint(const NodeAddress& s) const;
 };
 
 struct FilterConfig {
