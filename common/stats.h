@@ -108,6 +108,15 @@ constexpr size_t idx(E e) {
   /* kind: the first word of the error reply */                                                    \
   COUNTER_BY_KEY(target_errors_by_kind, "kind", "xdcr_target_errors_total", "",                    \
                  "Error replies from the target, by kind.")                                        \
+  /* kind: moved, ask (a Redis Cluster target sent the command elsewhere) */                      \
+  COUNTER_BY_KEY(target_redirects_by_kind, "kind", "xdcr_target_redirects_total", "",              \
+                 "Redirections from a Redis Cluster target (the command was sent again), by "      \
+                 "kind.")                                                                          \
+  COUNTER(cross_slot_splits, "xdcr_cross_slot_splits_total", "",                                   \
+          "Source transactions split per target slot (atomic per slot, not across slots).")       \
+  /* reason: cross_slot (a command whose keys a Redis Cluster target cannot take together) */      \
+  COUNTER_BY_KEY(target_write_failures, "reason", "xdcr_target_write_failures_total", "",          \
+                 "Writes the target could not apply (never counted as applied), by reason.")       \
   GAUGE(lag_seconds, "xdcr_replication_lag_seconds", "lag_seconds", "Replication lag.")            \
   GAUGE(backlog_bytes, "xdcr_backlog_bytes", "backlog_bytes",                                      \
         "Source offset minus applied offset.")                                                     \

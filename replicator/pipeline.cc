@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "replicator/source_link.h"
+#include "target/cluster_sink.h"
 #include "target/marker.h"
 #include "target/redis_sink.h"
 
@@ -97,43 +98,78 @@ Status Pipeline::open(source::ExpiryIndex& index) {
 }
 
 std::unique_ptr<target::Sink> Pipeline::makeSink(const clock::Clock& clock) {
-  auto sink = std::make_unique<target::RedisSink>(ex_, pipeline_, target_cluster_, keys_, policy_,
-                                                  target_clock_, clock, limits_, stats_);
+  std::unique_ptr<target::Sink> sink;
+  if (target_cluster_.isRedisCluster()) {
+    sink = std::make_unique<target::ClusterSink>(ex_, pipeline_, target_cluster_, keys_, policy_,
+                                                 target_clock_, clock, limits_, stats_);
+  } else {
+    sink = std::make_unique<target::RedisSink>(ex_, pipeline_, target_cluster_, keys_, policy_,
+                                               target_clock_, clock, limits_, stats_);
+  }
   sink->setCompensationMs(compensation_ms_);
   return sink;
 }
 
-Result<uint64_t> Pipeline::checkMarkers(const target::MarkerState& m) {
-  if (!resume_ || resume_->marker.empty()) return uint64_t{0};  // nothing to check against
-  // The replay stamp: what of the stream after the checkpoint the target has already applied.
-  uint64_t skip_until = 0;
-  if (!m.stamp.empty()) {
-    const auto colon = m.stamp.rfind(':');
-    if (colon != std::string::npos && m.stamp.substr(0, colon) == resume_->position.replid) {
-      const uint64_t at = std::strtoull(m.stamp.c_str() + colon + 1, nullptr, 10);
-      if (at > resume_->position.offset) skip_until = at;
+namespace {
+
+/** The offset of a replay stamp "<replid>:<offset>" of history `replid` (0: another history). */
+uint64_t stampOffset(const std::string& stamp, const std::string& replid) {
+  const auto colon = stamp.rfind(':');
+  if (colon == std::string::npos || stamp.compare(0, colon, replid) != 0) return 0;
+  return std::strtoull(stamp.c_str() + colon + 1, nullptr, 10);
+}
+
+}  // namespace
+
+Result<target::ReplaySkip> Pipeline::checkMarkers(const target::MarkerState& m) {
+  target::ReplaySkip skip;
+  if (!resume_ || resume_->marker.empty()) return skip;  // nothing to check against
+  // The replay stamps: what of the stream after the checkpoint the target has already applied.
+  const uint64_t from = resume_->position.offset;
+  if (const uint64_t at = stampOffset(m.stamp, resume_->position.replid); at > from) {
+    skip.until = at;
+  }
+  for (const auto& [slot, stamp] : m.slot_stamps) {
+    if (const uint64_t at = stampOffset(stamp, resume_->position.replid); at > from) {
+      skip.slots.emplace_back(slot, at);
     }
   }
-  if (m.present && (m.marker == resume_->marker || m.marker == resume_->next_marker)) {
-    if (skip_until > 0) {
-      spdlog::info(
-          "pipeline {}: the target already applied the stream up to offset {} (its "
-          "replay stamp); the replay from checkpoint offset {} skips that far",
-          pipeline_.name, skip_until, resume_->position.offset);
+  auto ours = [&](const std::string& token) {
+    return token == resume_->marker || token == resume_->next_marker;
+  };
+  std::string found;  // what is wrong, for the message
+  if (m.node_markers.empty()) {
+    if (!m.present || !ours(m.marker)) {
+      found = fmt::format("marker {} is {}", target::markerKey(pipeline_.name),
+                          m.present ? "\"" + m.marker + "\"" : "missing");
     }
-    return skip_until;
+  } else {
+    for (const auto& [where, token] : m.node_markers) {
+      if (token && ours(*token)) continue;
+      found = fmt::format("the marker on master {} is {}", where,
+                          token ? "\"" + *token + "\"" : "missing");
+      break;
+    }
+  }
+  if (found.empty()) {
+    if (skip.until > 0 || !skip.slots.empty()) {
+      spdlog::info(
+          "pipeline {}: the target already applied the stream up to offset {} (its replay "
+          "stamp{}); the replay from checkpoint offset {} skips that far",
+          pipeline_.name, skip.until,
+          skip.slots.empty() ? "" : fmt::format("s, in {} slot(s)", skip.slots.size()), from);
+    }
+    return skip;
   }
   spdlog::warn(
-      "pipeline {}: target {} lost data the checkpoint at offset {} counts as written "
-      "(marker {} is {}, expected {} or {}): it restarted empty, from an older snapshot, "
-      "or failed over; starting a full resync",
-      pipeline_.name, target_cluster_.name, resume_->position.offset,
-      target::markerKey(pipeline_.name), m.present ? "\"" + m.marker + "\"" : "missing",
-      resume_->marker, resume_->next_marker);
+      "pipeline {}: target {} lost data the checkpoint at offset {} counts as written ({}, "
+      "expected {} or {}): it restarted empty, from an older snapshot, or failed over; "
+      "starting a full resync",
+      pipeline_.name, target_cluster_.name, from, found, resume_->marker, resume_->next_marker);
   ++stats_.target_loss_resyncs;
   resume_.reset();
   if (auto s = store_.remove(); !s) return fail(s.error());
-  return uint64_t{0};
+  return target::ReplaySkip{};
 }
 
 Status Pipeline::beginFullSync() {

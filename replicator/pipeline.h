@@ -139,10 +139,10 @@ class Pipeline {
   int64_t sourceClockOffsetMs() const { return source_offset_ms_; }
   /**
    * Compares the target's marker with the checkpoint's; when the target lost data the checkpoint
-   * counts as written, drops the checkpoint (the pipeline needs a full sync). Returns the offset
-   * up to which the target already holds the stream (replay stamp), 0 if none.
+   * counts as written, drops the checkpoint (the pipeline needs a full sync). Returns what of the
+   * stream the target already holds (replay stamps: up to an offset, and per slot on a cluster).
    */
-  Result<uint64_t> checkMarkers(const target::MarkerState& m);
+  Result<target::ReplaySkip> checkMarkers(const target::MarkerState& m);
   /** A full sync starts: the checkpoint is dropped (a crash must not resume the old history). */
   Status beginFullSync();
   void setState(PipelineState s) { state_ = s; }

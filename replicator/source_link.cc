@@ -317,7 +317,8 @@ net::awaitable<Status> SourceLink::session() {
       index_.setJournaling(false);
       index_.clearAll();
     }
-    m.skip_until = *skip;
+    m.skip_until = skip->until;
+    m.sink->setSlotReplaySkip(std::move(skip->slots));
     if (m.p->resumePoint() && resume_at_ &&
         m.p->resumePoint()->position.offset > resume_at_->offset) {
       // Ahead of the link: its target holds the stream up to its own checkpoint already.
@@ -395,6 +396,7 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
     } else {
       ++m.p->mutableStats().full_syncs;
       m.skip_until = 0;  // a new history's offsets: the stamp says nothing about them
+      m.sink->setSlotReplaySkip({});
     }
     m.sink->resetOffset(at);
     m.p->setSourceOffset(at);

@@ -88,6 +88,7 @@ bool decodeEntry(const Entry& entry, int db, int64_t source_now_ms, Change& out,
 struct ResolvedUnit {
   bool transaction = false;
   bool snapshot = false;    // a snapshot key: it stands at the FULLRESYNC offset
+  std::string_view replid;  // the source history the offsets belong to (the stream's replid)
   uint64_t offset_end = 0;  // the stream offset just past the unit
   size_t bytes = 0;         // stream (or snapshot) bytes it took
   size_t count = 0;         // changes[0 .. count) are this unit's (the vector is reused)

@@ -32,6 +32,7 @@ Result<bool> RedisShardSource::nextUnit(ResolvedUnit& out) {
   out.transaction = unit_.transaction;
   out.snapshot = false;
   out.offset_end = unit_.offset_end;
+  out.replid = redis_.position().replid;
   out.bytes = unit_.bytes;
   out.count = 0;
   for (const auto& entry : unit_.entries) resolver_.resolve(entry, out.add());

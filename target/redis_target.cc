@@ -10,7 +10,8 @@ namespace {
 
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 
-/** Errors that mean "this write did not happen, and may succeed later". */
+}  // namespace
+
 bool isAvailabilityError(std::string_view kind) {
   for (std::string_view k : {"OOM", "READONLY", "LOADING", "NOAUTH", "NOPERM", "MISCONF",
                              "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"}) {
@@ -18,8 +19,6 @@ bool isAvailabilityError(std::string_view kind) {
   }
   return false;
 }
-
-}  // namespace
 
 RedisTarget::RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster,
                          std::string label, PipelineStats& stats, const clock::Clock& clock)

@@ -23,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "clock/clock.h"
 #include "common/error.h"
@@ -33,6 +34,10 @@
 #include "config/config.h"
 
 namespace xdcr::target {
+
+/** Error kinds (the reply's first word) that mean "this write did not happen, and may succeed
+ *  later": the session ends without acknowledging it. */
+bool isAvailabilityError(std::string_view kind);
 
 class RedisTarget {
  public:

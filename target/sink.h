@@ -18,8 +18,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/limits.h"
@@ -40,6 +43,21 @@ struct MarkerState {
   bool present = false;
   std::string marker;  // the target-loss marker's token ("" when absent)
   std::string stamp;   // the replay stamp "<replid>:<offset>" ("" when absent)
+  /**
+   * A target of several masters (a Redis Cluster): each master's marker, (master address,
+   * token or nullopt when absent). When not empty, every one must match the checkpoint, and
+   * present/marker are not used.
+   */
+  std::vector<std::pair<std::string, std::optional<std::string>>> node_markers;
+  /** A Redis Cluster target: the replay stamp of every slot that has one, (slot, stamp). */
+  std::vector<std::pair<int, std::string>> slot_stamps;
+};
+
+/** What a replay after a restart may skip: the target already applied it (replay stamps). */
+struct ReplaySkip {
+  uint64_t until = 0;  // every unit ending at or before this offset
+  /** A Redis Cluster target: per slot, its replay-unsafe writes ending at or before an offset. */
+  std::vector<std::pair<int, uint64_t>> slots;
 };
 
 class Sink {
@@ -81,6 +99,8 @@ class Sink {
    * snapshot lacked, in order after its writes; returns how many once all is acknowledged.
    */
   virtual net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) = 0;
+  /** The per-slot part of a replay skip (Pipeline::checkMarkers); a sink of one node has none. */
+  virtual void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> /*skips*/) {}
   /** Skew compensation: ms added to every source deadline (0 = none). */
   virtual void setCompensationMs(int64_t ms) = 0;
 

@@ -99,6 +99,8 @@ TEST(MetricsTable, EveryFamilyIsRenderedWithHelpAndTypeOnce) {
   // One pipeline with something in every family (an error kind, a measured skew).
   PipelineStats stats;
   stats.target_errors_by_kind["WRONGTYPE"] = 1;
+  stats.target_redirects_by_kind["moved"] = 1;
+  stats.target_write_failures["cross_slot"] = 1;
   clock::PipelineSkew skew;
   skew.measured = true;
   PipelineMetrics pm;

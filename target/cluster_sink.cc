@@ -1,0 +1,372 @@
+#include "target/cluster_sink.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/cluster_slot.h"
+#include "common/redis_conn.h"
+#include "source/command_table.h"
+#include "target/marker.h"
+
+namespace xdcr::target {
+
+namespace {
+
+bool isOneOf(std::string_view name, std::initializer_list<std::string_view> names) {
+  for (std::string_view n : names) {
+    if (resp::iequals(name, n)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ClusterSink::ClusterSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
+                         const config::ClusterConfig& target_cluster,
+                         filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
+                         const clock::ClusterClock& target_clock, const clock::Clock& clock,
+                         const Limits& limits, PipelineStats& stats)
+    : label_(fmt::format("pipeline {}: target {} (Redis Cluster)", pipeline.name,
+                         target_cluster.name)),
+      pipeline_(pipeline),
+      target_cluster_(target_cluster),
+      limits_(limits),
+      stats_(stats),
+      filter_(pipeline, std::move(keys), stats),
+      applier_(policy, filter_.keySpace(), target_clock, stats),
+      target_(ex, target_cluster, label_, stats, clock),
+      marker_prefix_(markerKey(pipeline.name) + ":"),
+      stamp_prefix_(appliedStampKey(pipeline.name) + ":"),
+      slot_skip_(cluster::kSlots, 0) {}
+
+std::string ClusterSink::markerKeyFor(size_t m) const {
+  const int slot = target_.slotMap().lowestSlot(m);
+  return fmt::format("{}{{{}}}", marker_prefix_, cluster::slotTag(std::max(slot, 0)));
+}
+
+net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  MarkerState state;
+  last_markers_.clear();
+  const SlotMap& map = target_.slotMap();
+  for (size_t m = 0; m < map.masters().size(); ++m) {
+    const ClusterNode& node = map.masters()[m];
+    RedisConnection conn(co_await net::this_coro::executor,
+                         fmt::format("{} node {} marker check", label_, node.address()));
+    if (Status s =
+            co_await conn.connect(target_cluster_.endpointAt(node.host, node.port), kTimeout);
+        !s) {
+      co_return fail(s.error());
+    }
+    // The master's marker, then the replay stamp of every slot it owns (one pipelined batch).
+    std::vector<std::vector<std::string>> cmds;
+    const std::string marker = markerKeyFor(m);
+    cmds.push_back({"GET", marker});
+    std::vector<int> slots;
+    for (int s = 0; s < cluster::kSlots; ++s) {
+      if (map.ownerOf(s) != static_cast<int>(m)) continue;
+      slots.push_back(s);
+      cmds.push_back({"GET", fmt::format("{}{{{}}}", stamp_prefix_, cluster::slotTag(s))});
+    }
+    auto r = co_await conn.callMany(cmds, kTimeout);
+    conn.close();
+    if (!r) co_return fail(r.error());
+    const resp::Value& v = (*r)[0];
+    if (v.isError()) {
+      co_return fail(Error::refused(fmt::format(
+          "pipeline {}: cannot read the marker key {} on {} of target {}: {}; the agent's user "
+          "needs read and write access to it",
+          pipeline_.name, marker, node.address(), target_cluster_.name, v.str)));
+    }
+    std::optional<std::string> value;
+    if (!v.isNull()) value = v.str;
+    state.node_markers.emplace_back(node.address(), value);
+    last_markers_.emplace_back(marker, value);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const resp::Value& st = (*r)[i + 1];
+      if (st.type == resp::ReplyType::Bulk) state.slot_stamps.emplace_back(slots[i], st.str);
+    }
+  }
+  co_return state;
+}
+
+void ClusterSink::setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> skips) {
+  std::fill(slot_skip_.begin(), slot_skip_.end(), 0);
+  for (const auto& [slot, offset] : skips) {
+    if (slot >= 0 && slot < cluster::kSlots) slot_skip_[static_cast<size_t>(slot)] = offset;
+  }
+}
+
+bool ClusterSink::overLimits(bool snapshot) const {
+  const uint64_t max_cmds =
+      snapshot ? limits_.snapshot_max_unanswered_commands : limits_.max_unanswered_commands;
+  return target_.inflightCommands() > max_cmds ||
+         target_.pendingBytes() > limits_.max_unanswered_bytes;
+}
+
+void ClusterSink::apply(const source::ResolvedUnit& unit, bool write) {
+  scratch_.clear();
+  if (unit.snapshot) {
+    for (const auto& c : unit.view()) {
+      judged_ = c;
+      filter_.judge(judged_);
+      const source::Event& ev = judged_.events.front();
+      if (!ev.pass) {
+        ++counts_.filtered;
+        continue;
+      }
+      const size_t payload = Applier::restorePayloadSize(c.rdb->value.size());
+      if (payload > target_.maxBulkLength()) {
+        ++counts_.failed;
+        ++stats_.snapshot_keys_failed;
+        uint64_t suppressed = 0;
+        if (fail_log_.allow(suppressed)) {
+          spdlog::error(
+              "{}: key \"{}\" is {} bytes, over the target's proto-max-bulk-len of {}: NOT "
+              "copied; raise proto-max-bulk-len on every master and restart the agent to retry",
+              label_, ev.key, payload, target_.maxBulkLength());
+        }
+        continue;
+      }
+      applier_.beginUnit(false);
+      applier_.apply(judged_);
+      applier_.finishUnit(scratch_);
+      if (applier_.lastSnapshotWrite() == Applier::SnapshotWrite::Expired) {
+        ++counts_.expired;
+      } else {
+        ++counts_.restored;
+      }
+    }
+    route(unit, write);
+    // The whole snapshot stands at the FULLRESYNC offset: acknowledging it moves nothing.
+    target_.commitUnit(target_.ackedOffset());
+    return;
+  }
+  applier_.beginUnit(unit.transaction);
+  for (const auto& c : unit.view()) {
+    judged_ = c;  // reuses judged_'s vectors
+    filter_.judge(judged_);
+    if (write) applier_.apply(judged_);
+  }
+  applier_.finishUnit(scratch_);
+  route(unit, write);
+  target_.commitUnit(unit.offset_end);
+}
+
+ClusterSink::Slice& ClusterSink::slice(int slot) {
+  for (size_t i = 0; i < used_slices_; ++i) {
+    if (slices_[i].slot == slot) return slices_[i];
+  }
+  if (used_slices_ == slices_.size()) slices_.emplace_back();
+  Slice& s = slices_[used_slices_++];
+  s.slot = slot;
+  s.bytes.clear();
+  s.commands = 0;
+  s.unsafe = false;
+  return s;
+}
+
+void ClusterSink::addCommand(std::string_view raw, const std::vector<std::string_view>& args) {
+  const std::string_view name = args[0];
+  const source::CommandSpec* spec = source::lookupCommand(name);
+  key_pos_.clear();
+  if (spec != nullptr) source::keyPositions(*spec, args.data(), args.size(), key_pos_);
+  const bool unsafe = source::isReplayUnsafe(spec);
+  if (key_pos_.empty()) {
+    const int where =
+        isOneOf(name, {"flushall", "flushdb", "function", "script"}) ? kBroadcast : kAnyNode;
+    Slice& s = slice(where);
+    s.bytes.append(raw);
+    ++s.commands;
+    s.unsafe = s.unsafe || unsafe;
+    return;
+  }
+  const int first = cluster::keySlot(args[key_pos_[0]]);
+  bool one_slot = true;
+  for (uint16_t p : key_pos_) one_slot = one_slot && cluster::keySlot(args[p]) == first;
+  if (one_slot) {
+    Slice& s = slice(first);
+    s.bytes.append(raw);
+    ++s.commands;
+    s.unsafe = s.unsafe || unsafe;
+    return;
+  }
+  // Keys in several slots: split what can be split, per slot, keeping the keys' order.
+  const bool del = isOneOf(name, {"del", "unlink"});
+  const bool mset = isOneOf(name, {"mset", "msetnx"});
+  if (!del && !mset) {
+    ++stats_.target_write_failures["cross_slot"];
+    uint64_t suppressed = 0;
+    if (fail_log_.allow(suppressed)) {
+      spdlog::error(
+          "{}: {} on keys of different slots (\"{}\" and more) cannot run on a Redis Cluster "
+          "target: NOT written (counted in xdcr_target_write_failures_total{{reason="
+          "\"cross_slot\"}}); give the keys one hash tag on the source, or a key_rewrite that "
+          "keeps them in one slot{}",
+          label_, name, args[key_pos_[0]],
+          suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+    }
+    return;
+  }
+  split_ = true;
+  std::vector<int> done;
+  for (uint16_t p : key_pos_) {
+    const int slot = cluster::keySlot(args[p]);
+    if (std::find(done.begin(), done.end(), slot) != done.end()) continue;
+    done.push_back(slot);
+    size_t n = 0;
+    for (uint16_t q : key_pos_) n += cluster::keySlot(args[q]) == slot ? 1 : 0;
+    reencoded_.clear();
+    resp::appendArrayHeader(reencoded_, 1 + n * (mset ? 2 : 1));
+    resp::appendBulk(reencoded_, del ? std::string_view(name) : std::string_view("MSET"));
+    for (uint16_t q : key_pos_) {
+      if (cluster::keySlot(args[q]) != slot) continue;
+      resp::appendBulk(reencoded_, args[q]);
+      if (mset) resp::appendBulk(reencoded_, args[q + 1]);
+    }
+    Slice& s = slice(slot);
+    s.bytes.append(reencoded_);
+    ++s.commands;
+  }
+}
+
+void ClusterSink::flushGroup(const source::ResolvedUnit& unit, bool write, bool transaction) {
+  size_t keyed = 0;
+  for (size_t i = 0; i < used_slices_; ++i) keyed += slices_[i].slot >= 0 ? 1 : 0;
+  if ((transaction && keyed > 1) || split_) ++stats_.cross_slot_splits;
+  split_ = false;
+  for (size_t i = 0; i < used_slices_ && write; ++i) {
+    Slice& s = slices_[i];
+    if (s.commands == 0) continue;
+    const bool stamped = s.unsafe && s.slot >= 0 && !unit.snapshot && !unit.replid.empty();
+    if (stamped && unit.offset_end <= slot_skip_[static_cast<size_t>(s.slot)]) {
+      continue;  // the target applied it before the restart (its slot's replay stamp)
+    }
+    const bool wrap = stamped || (transaction && s.commands > 1);
+    std::string_view bytes = s.bytes;
+    size_t commands = s.commands;
+    if (wrap) {
+      reencoded_.clear();
+      resp::appendCommand(reencoded_, {"MULTI"});
+      reencoded_.append(s.bytes);
+      if (stamped) {
+        resp::appendCommand(
+            reencoded_, {"SET", fmt::format("{}{{{}}}", stamp_prefix_, cluster::slotTag(s.slot)),
+                         fmt::format("{}:{}", unit.replid, unit.offset_end)});
+        ++commands;
+      }
+      resp::appendCommand(reencoded_, {"EXEC"});
+      commands += 2;
+      bytes = reencoded_;
+    }
+    if (s.slot >= 0) {
+      target_.appendToSlot(s.slot, bytes, commands);
+    } else if (s.slot == kBroadcast) {
+      for (size_t m = 0; m < target_.slotMap().masters().size(); ++m) {
+        target_.appendToNode(m, bytes, commands);
+      }
+    } else {
+      target_.appendToNode(0, bytes, commands);
+    }
+  }
+  used_slices_ = 0;
+}
+
+void ClusterSink::route(const source::ResolvedUnit& unit, bool write) {
+  std::string_view data = scratch_;
+  size_t pos = 0;
+  bool in_multi = false;
+  used_slices_ = 0;
+  while (pos < data.size()) {
+    auto pr = resp::parseCommand(data.substr(pos), spans_);
+    if (pr.status != resp::ParseStatus::Complete) {
+      // The applier's own output: cannot happen unless the applier is broken.
+      spdlog::critical("{}: internal error: cannot parse the applier's output at byte {}: {}",
+                       label_, pos, pr.error);
+      std::abort();
+    }
+    const std::string_view raw = data.substr(pos, pr.consumed);
+    args_.clear();
+    for (const auto& a : spans_) args_.push_back(raw.substr(a.pos, a.len));
+    pos += pr.consumed;
+    const std::string_view name = args_[0];
+    if (resp::iequals(name, "select")) continue;  // a cluster has db 0 only
+    if (resp::iequals(name, "multi")) {
+      in_multi = true;
+      continue;
+    }
+    if (resp::iequals(name, "exec")) {
+      flushGroup(unit, write, true);
+      in_multi = false;
+      continue;
+    }
+    addCommand(raw, args_);
+    if (!in_multi) flushGroup(unit, write, false);
+  }
+  if (used_slices_ > 0) flushGroup(unit, write, in_multi);
+}
+
+void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
+  const SlotMap& map = target_.slotMap();
+  own_tokens_.emplace_back(token);
+  if (own_tokens_.size() > 4) own_tokens_.erase(own_tokens_.begin());
+  for (size_t m = 0; m < map.masters().size(); ++m) {
+    const std::string key = markerKeyFor(m);
+    auto it = std::find_if(last_markers_.begin(), last_markers_.end(),
+                           [&](const auto& e) { return e.first == key; });
+    std::optional<std::string> previous;
+    if (it != last_markers_.end()) previous = it->second;
+    reencoded_.clear();
+    resp::appendCommand(reencoded_, {"SET", key, token, "GET"});
+    // The previous value must be what this agent left: anything else is another writer of this
+    // pipeline's markers (a second agent replicating the same pipeline into this target). A key
+    // this sink has not read (a master that took the slot after a reshard) may hold nothing or
+    // one of this agent's own tokens.
+    ClusterTarget::Expect expect;
+    expect.value = previous;
+    expect.on_mismatch =
+        [this, key, ours = std::string(token)](const std::optional<std::string>& found) -> Status {
+      if (!found ||
+          std::find(own_tokens_.begin(), own_tokens_.end(), *found) != own_tokens_.end()) {
+        return Status{};
+      }
+      const std::string what = fmt::format(
+          "pipeline {}: another writer replaced this pipeline's marker {} on target {} since "
+          "this agent last wrote it (found \"{}\"): two agents (or two pipelines of this name) "
+          "replicate into the same target",
+          pipeline_.name, key, target_cluster_.name, *found);
+      if (markerWriterIsNewer(*found, ours)) {
+        uint64_t suppressed = 0;
+        if (conflict_log_.allow(suppressed)) {
+          spdlog::error("{}; the one that started later stops, this one goes on", what);
+        }
+        return Status{};
+      }
+      return fail(Error::conflict(what + "; this agent started later, so this pipeline stops — "
+                                         "stop the other writer first, then restart this agent"));
+    };
+    target_.appendToSlot(map.lowestSlot(m), reencoded_, 1, std::move(expect));
+    if (it != last_markers_.end()) {
+      it->second = std::string(token);
+    } else {
+      last_markers_.emplace_back(key, std::string(token));
+    }
+  }
+  target_.commitUnit(offset);
+}
+
+void ClusterSink::beginSnapshot(bool /*record_keys*/) {
+  counts_ = SnapshotCounts{};
+  std::fill(slot_skip_.begin(), slot_skip_.end(), 0);
+}
+
+net::awaitable<Result<uint64_t>> ClusterSink::deleteStaleKeys(uint64_t /*offset*/) {
+  co_return fail(Error::refused(fmt::format(
+      "pipeline {}: full_sync.delete_stale_keys is not supported on a Redis Cluster target yet; "
+      "remove it from the pipeline",
+      pipeline_.name)));
+}
+
+}  // namespace xdcr::target

@@ -1,0 +1,127 @@
+#pragma once
+// The Sink of a Redis Cluster target (type: redis_cluster). The same EventFilter and Applier as
+// the standalone RedisSink (so the expiry contract is one code path); what differs is where the
+// commands go. Each unit's commands are split by the slot of their keys and handed to
+// ClusterTarget (one pipelined connection per master, MOVED/ASK followed, nothing acknowledged
+// that the target did not apply):
+//
+//  - a command whose keys share a slot goes to that slot; a MULTI ... EXEC (a source transaction,
+//    or an entry the applier made atomic) stays one transaction per slot. One that spans slots
+//    is split into one transaction per slot — atomic per slot, not across slots — and counted in
+//    xdcr_cross_slot_splits_total (as is a multi-key command split per slot, below). A cluster
+//    source's transactions are single-slot; only a standalone source, or a key_rewrite that
+//    drops hash tags, produces such splits.
+//  - DEL/UNLINK/MSET/MSETNX over several slots are split per slot. Any other command whose keys
+//    span slots (RENAME a b, SMOVE, *STORE, ...) cannot run on a cluster: it is not written,
+//    counted in xdcr_target_write_failures_total{reason="cross_slot"} and logged.
+//  - FLUSHALL/FLUSHDB (replicate_flush), FUNCTION and SCRIPT go to every master; other keyless
+//    commands (PUBLISH) to one.
+//  - The target-loss marker is one key per master, in that master's lowest slot
+//    (`__xdcr_marker__:<pipeline>:{<tag>}`), written in order after everything on that master.
+//  - Replay stamps are per slot (`__xdcr_marker__:<pipeline>:applied:{<tag>}`), in the same
+//    MULTI/EXEC as the replay-unsafe commands of that slot; after a crash the replay skips, per
+//    slot, what the target already applied.
+//
+// Only db 0 exists on a cluster (validation refuses a dbs map into another db).
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "clock/clock.h"
+#include "common/logging.h"
+#include "common/resp.h"
+#include "common/stats.h"
+#include "config/config.h"
+#include "filters/event_filter.h"
+#include "filters/key_space.h"
+#include "target/applier.h"
+#include "target/cluster_target.h"
+#include "target/max_ttl.h"
+#include "target/sink.h"
+
+namespace xdcr::target {
+
+class ClusterSink final : public Sink {
+ public:
+  ClusterSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
+              const config::ClusterConfig& target_cluster, filters::KeySpaceConstSharedPtr keys,
+              const MaxTtlPolicy& policy, const clock::ClusterClock& target_clock,
+              const clock::Clock& clock, const Limits& limits, PipelineStats& stats);
+
+  // Sink
+  net::awaitable<Status> connect() override { return target_.connect(); }
+  net::awaitable<Status> run() override { return target_.run(); }
+  void close() override { target_.close(); }
+  net::awaitable<Result<MarkerState>> readMarkers() override;
+  void apply(const source::ResolvedUnit& unit, bool write) override;
+  void closeGroup(std::string_view /*replid*/) override {}  // stamped per slot, per unit
+  size_t groupUnits() const override { return 0; }
+  void appendMarker(std::string_view token, uint64_t offset) override;
+  void resetOffset(uint64_t offset) override { target_.resetOffset(offset); }
+  void beginSnapshot(bool record_keys) override;
+  const SnapshotCounts& snapshotCounts() const override { return counts_; }
+  net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) override;
+  void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> skips) override;
+  void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
+  uint64_t ackedOffset() const override { return target_.ackedOffset(); }
+  bool drained() const override { return target_.drained(); }
+  bool overLimits(bool snapshot) const override;
+  // Counted in units: a checkpoint's marker is answered when every unit up to it is.
+  uint64_t committedCommands() const override { return target_.committedUnits(); }
+  uint64_t answeredCommands() const override { return target_.answeredUnits(); }
+  double stalledSeconds() const override { return target_.stalledSeconds(); }
+  net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) override {
+    return target_.waitProgress(d);
+  }
+
+  /** The marker key of master `m` of the slot map in force. */
+  std::string markerKeyFor(size_t m) const;
+
+ private:
+  /** The commands of one slot (or keyless destination) within one group. */
+  struct Slice {
+    int slot = 0;  // kBroadcast / kAnyNode for keyless commands
+    std::string bytes;
+    size_t commands = 0;
+    bool unsafe = false;  // holds a command whose replay is not idempotent
+  };
+  static constexpr int kBroadcast = -1;
+  static constexpr int kAnyNode = -2;
+
+  /** Routes the applier's output for one unit (scratch_) to the target. */
+  void route(const source::ResolvedUnit& unit, bool write);
+  Slice& slice(int slot);
+  /** Adds one command (args views scratch_) to the group being routed. */
+  void addCommand(std::string_view raw, const std::vector<std::string_view>& args);
+  void flushGroup(const source::ResolvedUnit& unit, bool write, bool transaction);
+
+  std::string label_;
+  const config::PipelineConfig& pipeline_;
+  const config::ClusterConfig& target_cluster_;
+  const Limits& limits_;
+  PipelineStats& stats_;
+  filters::EventFilter filter_;
+  Applier applier_;
+  ClusterTarget target_;
+  std::string marker_prefix_;            // "__xdcr_marker__:<pipeline>:"
+  std::string stamp_prefix_;             // "__xdcr_marker__:<pipeline>:applied:"
+  std::vector<std::string> own_tokens_;  // marker tokens this sink wrote (the last few)
+  std::vector<std::pair<std::string, std::optional<std::string>>> last_markers_;
+  source::Change judged_;
+  std::string scratch_;        // the applier's output for one unit
+  std::vector<Slice> slices_;  // reused
+  size_t used_slices_ = 0;
+  bool split_ = false;  // the group holds a multi-key command split per slot
+  std::vector<resp::ArgSpan> spans_;
+  std::vector<std::string_view> args_;
+  std::vector<uint16_t> key_pos_;
+  std::string reencoded_;
+  std::vector<uint64_t> slot_skip_;  // per slot: replay-unsafe writes up to here are applied
+  SnapshotCounts counts_;
+  LogRateLimiter fail_log_;
+  LogRateLimiter conflict_log_;
+};
+
+}  // namespace xdcr::target

@@ -1,0 +1,506 @@
+#include "target/cluster_target.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "target/redis_target.h"
+
+namespace xdcr::target {
+
+using namespace net::experimental::awaitable_operators;
+
+namespace {
+
+constexpr auto kConnectTimeout = std::chrono::seconds(10);
+/** Reroutes in a row with no unit acknowledged in between before the session gives up. */
+constexpr int kMaxRerouteRounds = 100;
+
+std::string_view firstWord(std::string_view s) {
+  return s.substr(0, s.find(' '));
+}
+
+}  // namespace
+
+std::optional<Redirection> parseRedirection(std::string_view text) {
+  Redirection r;
+  const std::string_view kind = firstWord(text);
+  if (kind == "ASK") {
+    r.ask = true;
+  } else if (kind != "MOVED") {
+    return std::nullopt;
+  }
+  std::string_view rest = text.substr(kind.size());
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  const size_t sp = rest.find(' ');
+  if (sp == std::string_view::npos) return std::nullopt;
+  const std::string_view slot = rest.substr(0, sp);
+  std::string_view addr = rest.substr(sp + 1);
+  auto [p, ec] = std::from_chars(slot.data(), slot.data() + slot.size(), r.slot);
+  if (ec != std::errc() || r.slot < 0 || r.slot >= cluster::kSlots) return std::nullopt;
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  r.host = std::string(addr.substr(0, colon));
+  const std::string_view port = addr.substr(colon + 1);
+  auto [q, ec2] = std::from_chars(port.data(), port.data() + port.size(), r.port);
+  if (ec2 != std::errc() || r.port == 0) return std::nullopt;
+  return r;
+}
+
+ClusterTarget::ClusterTarget(net::any_io_executor ex, const config::ClusterConfig& cluster,
+                             std::string label, PipelineStats& stats, const clock::Clock& clock)
+    : ex_(ex),
+      cluster_(cluster),
+      label_(std::move(label)),
+      stats_(stats),
+      clock_(clock),
+      control_(ex),
+      progress_(ex) {}
+
+ClusterTarget::~ClusterTarget() = default;
+
+ClusterTarget::Node& ClusterTarget::nodeFor(const std::string& host, uint16_t port) {
+  for (Node* n : node_index_) {
+    if (n->addr.port == port && n->addr.host == host) return *n;
+  }
+  Node& n = nodes_.emplace_back();
+  n.addr.host = host;
+  n.addr.port = port;
+  n.conn = std::make_unique<RedisConnection>(ex_, fmt::format("{} node {}:{}", label_, host, port));
+  n.wake = std::make_unique<Notify>(ex_);
+  node_index_.push_back(&n);
+  return n;
+}
+
+net::awaitable<Status> ClusterTarget::connectNode(Node& n) {
+  if (auto r =
+          co_await n.conn->connect(cluster_.endpointAt(n.addr.host, n.addr.port), kConnectTimeout);
+      !r) {
+    co_return r;
+  }
+  std::vector<std::string_view> ping{"PING"};
+  auto r = co_await n.conn->call(ping, kConnectTimeout);
+  if (!r) co_return fail(r.error());
+  if (r->has_error) {
+    co_return fail(
+        Error::auth(fmt::format("{}: PING refused: {}; check the cluster's username and password",
+                                n.conn->label(), r->text)));
+  }
+  std::vector<std::string_view> get{"CONFIG", "GET", "proto-max-bulk-len"};
+  auto cfg = co_await n.conn->call(get, kConnectTimeout, true);
+  if (!cfg) co_return fail(cfg.error());
+  if (!cfg->has_error && cfg->elements.size() == 2) {
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(cfg->elements[1].data(),
+                                   cfg->elements[1].data() + cfg->elements[1].size(), v);
+    if (ec == std::errc() && v > 0) max_bulk_ = std::min(max_bulk_, v);
+  }
+  co_return Status{};
+}
+
+net::awaitable<Status> ClusterTarget::connect() {
+  auto map = co_await loadSlotMap(cluster_, {}, kConnectTimeout);
+  if (!map) co_return fail(map.error());
+  if (const size_t n = map->uncovered(); n > 0) {
+    co_return fail(Error::refused(fmt::format(
+        "{}: {} of 16384 slots have no master (CLUSTER SLOTS); the cluster is not ready: "
+        "assign every slot",
+        label_, n)));
+  }
+  map_ = std::move(*map);
+  master_node_.clear();
+  for (const ClusterNode& m : map_.masters()) {
+    Node& n = nodeFor(m.host, m.port);
+    n.addr.id = m.id;
+    if (auto s = co_await connectNode(n); !s) co_return s;
+    master_node_.push_back(static_cast<int>(std::find(node_index_.begin(), node_index_.end(), &n) -
+                                            node_index_.begin()));
+  }
+  co_return Status{};
+}
+
+void ClusterTarget::append(Node& n, Part part, std::string_view bytes) {
+  if (part.asking) resp::appendCommand(n.pending, {"ASKING"});
+  part.batch = n.pending_batch;
+  part.begin = n.pending.size();
+  n.pending.append(bytes);
+  part.end = n.pending.size();
+  pending_bytes_ += bytes.size();
+  inflight_commands_ += part.commands;
+  n.parts.push_back(std::move(part));
+  n.wake->notify();
+}
+
+void ClusterTarget::appendToSlot(int slot, std::string_view bytes, size_t commands,
+                                 std::optional<Expect> expect) {
+  const int m = map_.ownerOf(slot);
+  // connect() refuses a map with a slot unowned; a later map (after MOVED) keeps the previous
+  // owner's node for such a slot, which answers MOVED or CLUSTERDOWN.
+  Node& n = *node_index_[static_cast<size_t>(master_node_[static_cast<size_t>(std::max(m, 0))])];
+  Part p;
+  p.unit = next_unit_;
+  p.slot = slot;
+  p.commands = static_cast<uint32_t>(commands);
+  p.expect = std::move(expect);
+  append(n, std::move(p), bytes);
+  ++open_parts_;
+}
+
+void ClusterTarget::appendToNode(size_t m, std::string_view bytes, size_t commands) {
+  Node& n = *node_index_[static_cast<size_t>(master_node_[m])];
+  Part p;
+  p.unit = next_unit_;
+  p.commands = static_cast<uint32_t>(commands);
+  append(n, std::move(p), bytes);
+  ++open_parts_;
+}
+
+void ClusterTarget::commitUnit(uint64_t source_offset) {
+  const uint64_t seq = next_unit_++;
+  const uint32_t parts = open_parts_;
+  open_parts_ = 0;
+  if (parts == 0 && units_.empty()) {
+    // Nothing in flight: a unit without target commands (ping, filtered keys) is applied now.
+    acked_offset_ = source_offset;
+    ++answered_units_;
+    return;
+  }
+  units_.push_back(Unit{seq, source_offset, parts});
+}
+
+void ClusterTarget::resetOffset(uint64_t source_offset) {
+  // Only with nothing in flight (after a handshake): every unit so far counts as answered.
+  units_.clear();
+  answered_units_ = next_unit_;
+  acked_offset_ = source_offset;
+}
+
+void ClusterTarget::unitPartAnswered(uint64_t unit) {
+  if (units_.empty() || unit < units_.front().seq) return;  // before a resetOffset()
+  Unit& u = units_[unit - units_.front().seq];
+  if (u.open_parts > 0) --u.open_parts;
+  bool progressed = false;
+  while (!units_.empty() && units_.front().open_parts == 0) {
+    acked_offset_ = units_.front().offset;
+    ++answered_units_;
+    units_.pop_front();
+    progressed = true;
+  }
+  if (progressed) {
+    reroute_rounds_ = 0;
+    progress_.notify();
+  }
+}
+
+bool ClusterTarget::anySent() const {
+  for (const Node* n : node_index_) {
+    if (n->sent_parts > 0) return true;
+  }
+  return false;
+}
+
+void ClusterTarget::failSession(Error e) {
+  if (!failed_) failed_ = std::move(e);
+  control_.notify();
+}
+
+void ClusterTarget::startNode(Node& n) {
+  if (n.running) return;
+  n.running = true;
+  auto loops = [](ClusterTarget* self, Node* node) -> net::awaitable<Status> {
+    auto r = co_await (self->runWriter(*node) || self->runReader(*node));
+    co_return std::visit([](auto& s) { return s; }, r);
+  };
+  net::co_spawn(ex_, loops(this, &n), [this, &n](std::exception_ptr e, Status s) {
+    n.running = false;
+    if (!closing_) {
+      if (e) s = fail(Error::io(fmt::format("{}: unexpected failure in the writer", label_)));
+      failSession(s ? Error::io(fmt::format("{}: connection closed", n.conn->label())) : s.error());
+    }
+    control_.notify();
+  });
+}
+
+net::awaitable<Status> ClusterTarget::run() {
+  for (Node* n : node_index_) startNode(*n);
+  while (!failed_ && !closing_) {
+    if (reroute_needed_ && !anySent()) {
+      if (auto s = co_await reroute(); !s) {
+        failSession(s.error());
+        break;
+      }
+      continue;
+    }
+    co_await control_.waitFor(std::chrono::seconds(1));
+  }
+  closing_ = true;
+  for (Node* n : node_index_) {
+    n->conn->close();
+    n->wake->notify();
+  }
+  while (std::any_of(node_index_.begin(), node_index_.end(),
+                     [](const Node* n) { return n->running; })) {
+    co_await control_.waitFor(std::chrono::milliseconds(50));
+  }
+  if (failed_) co_return fail(*failed_);
+  co_return Status{};
+}
+
+void ClusterTarget::close() {
+  closing_ = true;
+  for (Node* n : node_index_) {
+    n->conn->close();
+    n->wake->notify();
+  }
+  control_.notify();
+}
+
+net::awaitable<Status> ClusterTarget::runWriter(Node& n) {
+  for (;;) {
+    while (n.pending.empty() || holding_) {
+      if (closing_) co_return Status{};
+      co_await n.wake->wait();
+    }
+    if (closing_) co_return Status{};
+    if (n.sent_parts == 0) n.last_reply = clock_.monotonicNow();  // the stall clock starts
+    pending_bytes_ -= std::min(pending_bytes_, n.pending.size());
+    n.batches.push_back(std::move(n.pending));
+    n.pending = std::string();
+    ++n.pending_batch;
+    n.sent_parts = n.parts.size();  // every queued part was in pending
+    // (the reader releases a batch only once every part in it is answered, and the server
+    // cannot answer bytes it has not received: the batch outlives this write)
+    auto r = co_await n.conn->writeAll(n.batches.back());
+    if (!r) co_return r;
+  }
+}
+
+net::awaitable<Status> ClusterTarget::runReader(Node& n) {
+  resp::ReplyInfo info;
+  for (;;) {
+    auto& buf = n.conn->buffer();
+    bool progressed = false;
+    for (;;) {
+      auto pr = resp::parseReply(buf.data(), info);
+      if (pr.status == resp::ParseStatus::NeedMore) break;
+      if (pr.status == resp::ParseStatus::Error) {
+        co_return fail(
+            Error::protocol(fmt::format("{}: malformed reply: {}", n.conn->label(), pr.error)));
+      }
+      buf.consume(pr.consumed);
+      if (n.sent_parts == 0) {
+        co_return fail(Error::protocol(
+            fmt::format("{}: unexpected reply \"{}\"", n.conn->label(), info.text)));
+      }
+      if (auto s = onReply(n, info); !s) {
+        failSession(s.error());
+        co_return s;
+      }
+      progressed = true;
+    }
+    if (progressed) {
+      n.last_reply = clock_.monotonicNow();
+      progress_.notify();
+      if (reroute_needed_) control_.notify();
+    }
+    auto r = co_await n.conn->readSome();
+    if (!r) co_return fail(r.error());
+  }
+}
+
+Status ClusterTarget::onReply(Node& n, const resp::ReplyInfo& info) {
+  Part& p = n.parts.front();
+  ++p.replies;
+  const bool last = p.replies == p.commands + (p.asking ? 1 : 0);
+  if (info.type == resp::ReplyType::Error) {
+    const std::string_view kind = firstWord(info.text);
+    if (auto r = parseRedirection(info.text)) {
+      if (p.redirect == Part::Redirect::None) {
+        p.redirect = r->ask ? Part::Redirect::Ask : Part::Redirect::Moved;
+        p.ask_host = r->host;
+        p.ask_port = r->port;
+        if (p.slot < 0) p.slot = r->slot;
+      }
+      ++stats_.target_redirects_by_kind[r->ask ? "ask" : "moved"];
+    } else if (kind == "EXECABORT" && p.redirect != Part::Redirect::None) {
+      // The transaction was discarded because a command in it was redirected: sent again.
+    } else if (kind == "TRYAGAIN" || kind == "CLUSTERDOWN" || isAvailabilityError(kind)) {
+      ++stats_.target_errors;
+      ++stats_.target_errors_by_kind[std::string(kind)];
+      if (kind == "TRYAGAIN" || kind == "CLUSTERDOWN") {
+        ++stats_.target_redirects_by_kind[kind == "TRYAGAIN" ? "tryagain" : "clusterdown"];
+      }
+      return fail(Error::refused(fmt::format(
+          "{}: target refused a write: {}; will retry from the last acknowledged offset",
+          n.conn->label(), info.text)));
+    } else {
+      ++stats_.target_errors;
+      ++stats_.target_errors_by_kind[std::string(kind)];
+      uint64_t suppressed = 0;
+      if (error_log_.allow(suppressed)) {
+        spdlog::warn("{}: target error: {} (counted in xdcr_target_errors_total{{kind=\"{}\"}}){}",
+                     n.conn->label(), info.text, kind,
+                     suppressed ? fmt::format("; {} more suppressed", suppressed) : "");
+      }
+    }
+  } else if (info.has_error) {
+    // An EXEC whose array holds an error (WRONGTYPE inside a transaction): a data error.
+    const std::string kind(firstWord(info.text));
+    ++stats_.target_errors;
+    ++stats_.target_errors_by_kind[kind];
+  }
+  if (!last) return Status{};
+  if (p.redirect == Part::Redirect::None && p.expect) {
+    const bool null = info.type == resp::ReplyType::Null;
+    if (null != !p.expect->value.has_value() || (!null && info.text != *p.expect->value)) {
+      if (auto s =
+              p.expect->on_mismatch(null ? std::nullopt : std::optional<std::string>(info.text));
+          !s) {
+        return s;
+      }
+    }
+  }
+  partDone(n);
+  return Status{};
+}
+
+void ClusterTarget::partDone(Node& n) {
+  Part p = std::move(n.parts.front());
+  n.parts.pop_front();
+  --n.sent_parts;
+  inflight_commands_ -= std::min<uint64_t>(inflight_commands_, p.commands);
+  if (p.redirect != Part::Redirect::None) {
+    const std::string& batch = n.batches[p.batch - n.first_batch];
+    Resend r{std::move(p), batch.substr(0, 0)};
+    r.bytes.assign(batch, r.part.begin, r.part.end - r.part.begin);
+    r.part.replies = 0;
+    resends_.push_back(std::move(r));
+    reroute_needed_ = true;
+    holding_ = true;  // nothing more is sent until the redirected parts are sent again
+    control_.notify();
+  } else {
+    unitPartAnswered(p.unit);
+  }
+  releaseBatches(n);
+}
+
+void ClusterTarget::releaseBatches(Node& n) {
+  // A batch goes once no part in it is waiting (parts are in batch order); the last written
+  // one stays while the writer may still be writing it.
+  const uint64_t keep_from = n.parts.empty() || n.sent_parts == 0
+                                 ? n.pending_batch - 1
+                                 : std::min(n.parts.front().batch, n.pending_batch - 1);
+  while (!n.batches.empty() && n.first_batch < keep_from) {
+    n.batches.pop_front();
+    ++n.first_batch;
+  }
+}
+
+net::awaitable<Status> ClusterTarget::reroute() {
+  if (++reroute_rounds_ > kMaxRerouteRounds) {
+    co_return fail(Error::refused(fmt::format(
+        "{}: the cluster redirected the same writes {} times in a row; its slot map does not "
+        "settle (check CLUSTER SLOTS on every node)",
+        label_, kMaxRerouteRounds)));
+  }
+  if (reroute_rounds_ > 1) {
+    // The slot's new owner may not know it yet (SETSLOT reaches the nodes one by one).
+    net::steady_timer t(ex_);
+    t.expires_after(std::chrono::milliseconds(std::min(20 * reroute_rounds_, 500)));
+    co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    if (closing_ || failed_) co_return Status{};
+  }
+  // Every part to send again: the redirected ones and every one not yet sent, in unit order
+  // (stable: within a unit, a node's parts keep their order, redirected before queued).
+  struct Item {
+    Resend r;
+    Node* home;
+  };
+  std::vector<Item> items;
+  bool moved = false;
+  for (Resend& r : resends_) {
+    moved = moved || r.part.redirect == Part::Redirect::Moved;
+    items.push_back(Item{std::move(r), nullptr});
+  }
+  resends_.clear();
+  for (Node* n : node_index_) {
+    for (Part& p : n->parts) {
+      Resend r;
+      r.bytes.assign(n->pending, p.begin, p.end - p.begin);
+      r.part = std::move(p);
+      r.part.redirect = Part::Redirect::None;
+      r.part.replies = 0;
+      items.push_back(Item{std::move(r), n});
+    }
+    n->parts.clear();
+    n->sent_parts = 0;
+    n->pending.clear();
+  }
+  pending_bytes_ = 0;
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.r.part.unit < b.r.part.unit; });
+  if (moved) {
+    std::vector<config::NodeAddress> known;
+    for (const Node* n : node_index_) known.push_back({n->addr.host, n->addr.port});
+    auto map = co_await loadSlotMap(cluster_, known, kConnectTimeout);
+    if (!map) co_return fail(map.error());
+    map_ = std::move(*map);
+    master_node_.clear();
+    for (const ClusterNode& m : map_.masters()) {
+      Node& n = nodeFor(m.host, m.port);
+      n.addr.id = m.id;
+      master_node_.push_back(static_cast<int>(
+          std::find(node_index_.begin(), node_index_.end(), &n) - node_index_.begin()));
+    }
+  }
+  for (Item& it : items) {
+    Part& p = it.r.part;
+    Node* dest = it.home;
+    if (it.r.part.redirect == Part::Redirect::Ask) {
+      dest = &nodeFor(p.ask_host, p.ask_port);
+      p.asking = true;
+    } else {
+      p.asking = false;
+      if (p.slot >= 0) {
+        const int m = map_.ownerOf(p.slot);
+        if (m >= 0) dest = node_index_[static_cast<size_t>(master_node_[static_cast<size_t>(m)])];
+      }
+      if (dest == nullptr) {
+        dest = &nodeFor(p.ask_host, p.ask_port);  // MOVED named it; the map does not know it yet
+      }
+    }
+    p.redirect = Part::Redirect::None;
+    inflight_commands_ -= std::min<uint64_t>(inflight_commands_, it.home ? p.commands : 0);
+    append(*dest, std::move(p), it.r.bytes);
+  }
+  // New nodes (a promoted replica, a node that took slots) are connected before anything is
+  // sent to them.
+  for (Node* n : node_index_) {
+    if (!n->running && !closing_) {
+      if (auto s = co_await connectNode(*n); !s) co_return s;
+      startNode(*n);
+    }
+  }
+  holding_ = false;
+  reroute_needed_ = !resends_.empty();
+  for (Node* n : node_index_) n->wake->notify();
+  co_return Status{};
+}
+
+double ClusterTarget::stalledSeconds() const {
+  double worst = 0;
+  const auto now = clock_.monotonicNow();
+  for (const Node* n : node_index_) {
+    if (n->sent_parts == 0) continue;
+    worst = std::max(worst, std::chrono::duration<double>(now - n->last_reply).count());
+  }
+  return worst;
+}
+
+}  // namespace xdcr::target

@@ -1,0 +1,193 @@
+#pragma once
+// The writer of a Redis Cluster target: one pipelined connection per master, every command
+// routed by the slot of its keys (target/slot_map.h), nothing acknowledged that the target did
+// not apply (cluster-notes.md §4).
+//
+// What it is given: units (one source unit, or a marker), each made of parts. A part is the
+// commands of one unit for one slot (or for one node, when keyless): one command, or a
+// MULTI ... EXEC that must stay on one slot. A unit is acknowledged — its source offset counts
+// as applied — only when every part of it, and every unit before it, has been answered without
+// a redirection. So ackedOffset() is exact across nodes, as RedisTarget's is on one connection.
+//
+// Redirections:
+//  - MOVED (the slot has a new owner) and ASK (the key moved to an importing node): the writer
+//    stops sending, waits until every node has answered what it was sent, reloads the slot map
+//    (MOVED), then sends every redirected part and every part not yet sent again, in the order
+//    the units came (ASK: `ASKING` first, on the node ASK named). MOVED is slot-wide and ASK
+//    key-wide (an absent key stays absent on the exporting node), so every later command on the
+//    same key was redirected too and is sent after: the order per key holds. Counted in
+//    xdcr_target_redirects_total{kind}.
+//  - TRYAGAIN (a multi-key command during a migration), CLUSTERDOWN, and the availability
+//    errors of RedisTarget (READONLY after a failover, OOM, ...) end the session without
+//    acknowledging: the pipeline resumes from its acknowledged offset on a fresh slot map. A later
+//    single-key write on the same keys may already have succeeded, so resending the part alone
+//    could reorder them: replaying the stream from the acknowledged offset cannot.
+//  - Data errors (WRONGTYPE, ...) are counted and the stream goes on, as on a standalone target.
+//
+// Not thread-safe; one strand.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clock/clock.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/notify.h"
+#include "common/redis_conn.h"
+#include "common/stats.h"
+#include "config/config.h"
+#include "target/slot_map.h"
+
+namespace xdcr::target {
+
+class ClusterTarget {
+ public:
+  ClusterTarget(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
+                PipelineStats& stats, const clock::Clock& clock);
+  ~ClusterTarget();
+
+  /** Reads the slot map, connects to every master (PING), learns the smallest
+   *  proto-max-bulk-len. */
+  net::awaitable<Status> connect();
+  uint64_t maxBulkLength() const { return max_bulk_; }
+  /** The slot map in force (the masters' indexes are those of appendToNode()). */
+  const SlotMap& slotMap() const { return map_; }
+
+  /** The reply expected from a part's last command (a marker's `SET key token GET`). */
+  using MismatchFn = std::function<Status(const std::optional<std::string>& found)>;
+  struct Expect {
+    std::optional<std::string> value;  // nullopt: a null reply
+    MismatchFn on_mismatch;            // an error it returns ends the session
+  };
+
+  /** Appends a part for `slot`: `commands` commands in `bytes` (complete RESP). */
+  void appendToSlot(int slot, std::string_view bytes, size_t commands,
+                    std::optional<Expect> expect = std::nullopt);
+  /** Appends a keyless part for master `m` of slotMap() (FLUSHALL to every master, ...). */
+  void appendToNode(size_t m, std::string_view bytes, size_t commands);
+  /** Ends the unit whose parts were appended since the last commit: once they (and every unit
+   *  before) are answered, the source is applied up to `source_offset`. */
+  void commitUnit(uint64_t source_offset);
+  /** Sets the acknowledged offset with nothing in flight (after a handshake). */
+  void resetOffset(uint64_t source_offset);
+
+  /** Writers, readers and redirections, until close() or an error. */
+  net::awaitable<Status> run();
+  void close();
+
+  uint64_t ackedOffset() const { return acked_offset_; }
+  /** Units committed this session, and how many of them (in order) are answered. */
+  uint64_t committedUnits() const { return next_unit_; }
+  uint64_t answeredUnits() const { return answered_units_; }
+  uint64_t inflightCommands() const { return inflight_commands_; }
+  size_t pendingBytes() const { return pending_bytes_; }
+  bool drained() const { return units_.empty() && open_parts_ == 0; }
+  /** Seconds since the last reply while commands were in flight (0 when idle). */
+  double stalledSeconds() const;
+  net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) {
+    co_await progress_.waitFor(d);
+  }
+
+ private:
+  struct Part {
+    uint64_t unit = 0;
+    int slot = -1;  // -1: keyless, bound to its node
+    uint32_t commands = 0;
+    uint32_t replies = 0;
+    uint64_t batch = 0;  // the node's batch holding its bytes
+    size_t begin = 0, end = 0;
+    std::optional<Expect> expect;
+    // set by the reader
+    enum class Redirect : uint8_t { None, Moved, Ask } redirect = Redirect::None;
+    std::string ask_host;
+    uint16_t ask_port = 0;
+    bool asking = false;  // the part starts with ASKING (its first reply is ASKING's)
+  };
+  /** A part waiting to be sent again, with its own copy of its bytes. */
+  struct Resend {
+    Part part;
+    std::string bytes;
+  };
+  struct Node {
+    ClusterNode addr;
+    std::unique_ptr<RedisConnection> conn;
+    std::string pending;              // bytes not yet handed to the writer
+    std::deque<std::string> batches;  // written (or being written), kept until answered
+    uint64_t first_batch = 0;         // id of batches.front()
+    uint64_t pending_batch = 0;       // id pending gets when written
+    std::deque<Part> parts;           // in order: sent ones first, then queued ones
+    size_t sent_parts = 0;            // parts[0 .. sent_parts) were written
+    bool running = false;             // its writer/reader run
+    std::chrono::steady_clock::time_point last_reply{};
+    std::unique_ptr<Notify> wake;
+  };
+  struct Unit {
+    uint64_t seq;
+    uint64_t offset;
+    uint32_t open_parts;  // parts not yet answered without a redirection
+  };
+
+  Node& nodeFor(const std::string& host, uint16_t port);
+  void append(Node& n, Part part, std::string_view bytes);
+  void startNode(Node& n);
+  net::awaitable<Status> connectNode(Node& n);
+  net::awaitable<Status> runWriter(Node& n);
+  net::awaitable<Status> runReader(Node& n);
+  /** One reply for the front sent part of `n`. */
+  Status onReply(Node& n, const resp::ReplyInfo& info);
+  void partDone(Node& n);
+  void unitPartAnswered(uint64_t unit);
+  void releaseBatches(Node& n);
+  bool anySent() const;
+  /** Sends the redirected parts again (see the header comment). */
+  net::awaitable<Status> reroute();
+  void failSession(Error e);
+
+  net::any_io_executor ex_;
+  const config::ClusterConfig& cluster_;
+  std::string label_;
+  PipelineStats& stats_;
+  const clock::Clock& clock_;
+  SlotMap map_;
+  std::vector<int> master_node_;   // slot map master index -> nodes_ index
+  std::list<Node> nodes_;          // stable addresses (coroutines hold references)
+  std::vector<Node*> node_index_;  // nodes_ by index
+  std::deque<Unit> units_;         // committed, not yet acknowledged, in order
+  uint64_t next_unit_ = 0;         // seq of the unit being built
+  uint32_t open_parts_ = 0;        // parts appended to the unit being built
+  uint64_t answered_units_ = 0;
+  uint64_t acked_offset_ = 0;
+  uint64_t inflight_commands_ = 0;
+  size_t pending_bytes_ = 0;
+  uint64_t max_bulk_ = 512ULL << 20;
+  std::vector<Resend> resends_;  // redirected parts, in the order they were answered
+  bool reroute_needed_ = false;
+  bool holding_ = false;    // writers send nothing new (a reroute is under way)
+  int reroute_rounds_ = 0;  // consecutive reroutes without a unit acknowledged in between
+  bool closing_ = false;
+  std::optional<Error> failed_;
+  Notify control_;
+  Notify progress_;
+  LogRateLimiter error_log_;
+};
+
+/** A cluster redirection reply: "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381". */
+struct Redirection {
+  bool ask = false;
+  int slot = -1;
+  std::string host;
+  uint16_t port = 0;
+};
+std::optional<Redirection> parseRedirection(std::string_view error_text);
+
+}  // namespace xdcr::target
