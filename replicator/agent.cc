@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "common/version.h"
 #include "replicator/admin_server.h"
 #include "replicator/clock_report.h"
+#include "replicator/cluster_source.h"
 #include "replicator/metrics.h"
 #include "replicator/pipeline.h"
 #include "replicator/preflight.h"
@@ -92,17 +94,22 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
     auto slash = rest.rfind('/');
     if (slash != std::string_view::npos) {
       std::string_view name = rest.substr(0, slash), action = rest.substr(slash + 1);
+      if (action != "pause" && action != "resume") {
+        return text(404, "unknown action: use pause or resume\n");
+      }
+      // Every instance of the pipeline (one per source shard of a Redis Cluster source).
+      bool found = false, paused = false;
       for (const auto& p : pipelines) {
         if (p->name() != name) continue;
         if (action == "pause") {
           p->pause();
-        } else if (action == "resume") {
-          p->resume();
         } else {
-          return text(404, "unknown action: use pause or resume\n");
+          p->resume();
         }
-        return json(200, {{"pipeline", p->name()}, {"paused", p->paused()}});
+        found = true;
+        paused = p->paused();
       }
+      if (found) return json(200, {{"pipeline", std::string(name)}, {"paused", paused}});
       return text(404, fmt::format("no pipeline named \"{}\"\n", name));
     }
   }
@@ -133,30 +140,55 @@ class PipelineSet {
   const Pipelines& pipelines() const { return pipelines_; }
   bool failed() const { return failed_; }
 
-  /** Starts `pcs` of `cfg`, those of one source on one shared link. */
+  /** Starts `pcs` of `cfg`, those of one source on one shared link (one per source shard for
+   *  a Redis Cluster source). */
   void start(const config::ConfigConstSharedPtr& cfg,
              const std::vector<const config::PipelineConfig*>& pcs) {
     std::map<std::string, std::vector<Pipeline*>> by_source;
+    std::map<std::string, std::vector<const config::PipelineConfig*>> by_cluster_source;
     for (const config::PipelineConfig* pc : pcs) {
+      fingerprints_[pc->name] = config::pipelineFingerprint(*cfg, *pc);
+      configs_[pc->name] = cfg;
+      if (cfg->cluster(pc->source)->isRedisCluster()) {
+        by_cluster_source[pc->source].push_back(pc);
+        continue;
+      }
       auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, *pc, clock_);
       // A pipeline started by a reload need not wait a whole check_interval for its clocks.
       if (monitor_.latest()) p->onClockReport(*monitor_.latest());
-      fingerprints_[pc->name] = config::pipelineFingerprint(*cfg, *pc);
-      configs_[pc->name] = cfg;
       by_source[pc->source].push_back(p.get());
       pipelines_.push_back(std::move(p));
     }
     for (auto& [source, members] : by_source) startLink(configs_[members.front()->name()], members);
+    for (auto& [source, members] : by_cluster_source) startClusterGroup(cfg, source, members);
   }
 
   /** SIGHUP with a valid new config: restart changed pipelines, start new, stop removed. */
   void apply(const config::ConfigConstSharedPtr& cfg) {
+    // A Redis Cluster source's discovery runs for a set of pipelines: when one of them changes,
+    // the whole set restarts (each instance resumes from its checkpoint).
+    for (const auto& g : groups_) {
+      bool changed = false;
+      for (const config::PipelineConfig* old_pc : g->pipelines()) {
+        const config::PipelineConfig* pc = cfg->pipeline(old_pc->name);
+        changed = changed || pc == nullptr ||
+                  config::pipelineFingerprint(*cfg, *pc) != fingerprints_[old_pc->name];
+      }
+      if (!changed) continue;
+      g->stop();
+      for (const config::PipelineConfig* old_pc : g->pipelines()) {
+        if (const config::PipelineConfig* pc = cfg->pipeline(old_pc->name)) {
+          replacements_[pc->name] = {cfg, pc};
+        }
+      }
+    }
     for (const auto& p : pipelines_) {
       const config::PipelineConfig* pc = cfg->pipeline(p->name());
       if (pc == nullptr) {
         spdlog::info("reload: pipeline {} was removed; stopping it", p->name());
         p->stop();
-      } else if (config::pipelineFingerprint(*cfg, *pc) != fingerprints_[p->name()]) {
+      } else if (config::pipelineFingerprint(*cfg, *pc) != fingerprints_[p->name()] ||
+                 replacements_.count(p->name()) > 0) {
         spdlog::info("reload: pipeline {} changed; restarting it (it resumes from its checkpoint)",
                      p->name());
         replacements_[p->name()] = {cfg, pc};
@@ -178,6 +210,7 @@ class PipelineSet {
   void stopAll() {
     stopping_ = true;
     replacements_.clear();
+    for (const auto& g : groups_) g->stop();
     for (const auto& l : links_) l->stopAll();
     for (const auto& p : pipelines_) p->stop();
     if (pipelines_.empty()) {
@@ -210,10 +243,50 @@ class PipelineSet {
     });
   }
 
+  /** Discovers the shards of Redis Cluster `source` and runs a link per shard for `pcs`. */
+  void startClusterGroup(const config::ConfigConstSharedPtr& cfg, const std::string& source,
+                         const std::vector<const config::PipelineConfig*>& pcs) {
+    auto group = std::make_unique<ClusterSourceGroup>(
+        ioc_.get_executor(), cfg, *cfg->cluster(source), pcs,
+        [this, cfg](std::shared_ptr<ShardLocator> locator, std::string label,
+                    std::vector<ClusterSourceGroup::Instance> instances) {
+          std::vector<Pipeline*> members;
+          for (auto& i : instances) {
+            auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, *i.pipeline, clock_,
+                                                Limits{}, locator, Pipeline::Shard{i.name, label});
+            if (monitor_.latest()) p->onClockReport(*monitor_.latest());
+            members.push_back(p.get());
+            pipelines_.push_back(std::move(p));
+          }
+          startLink(cfg, members);
+        },
+        [this](const std::vector<std::string>& instances) {
+          for (const auto& p : pipelines_) {
+            if (std::find(instances.begin(), instances.end(), p->instance()) != instances.end()) {
+              p->stop();
+            }
+          }
+        });
+    ClusterSourceGroup* raw = group.get();
+    groups_.push_back(std::move(group));
+    net::co_spawn(ioc_, raw->run(), [this, raw](std::exception_ptr e) {
+      if (e) failed_ = true;
+      net::post(ioc_, [this, raw] {
+        std::erase_if(groups_, [&](const auto& g) { return g.get() == raw; });
+        maybeExit();
+      });
+    });
+  }
+
   void finished(Pipeline* done) {
     std::string name = done->name();
     if (done->state() == PipelineState::Stopped && !done->stopping()) failed_ = true;
     std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; });
+    // The other instances of the pipeline (source shards) finish first.
+    if (std::any_of(pipelines_.begin(), pipelines_.end(),
+                    [&](const auto& p) { return p->name() == name; })) {
+      return;
+    }
     auto it = replacements_.find(name);
     if (it != replacements_.end() && !stopping_) {
       auto [cfg, pc] = it->second;
@@ -227,7 +300,8 @@ class PipelineSet {
   }
 
   void maybeExit() {
-    if (pipelines_.empty() && links_.empty() && (stopping_ || replacements_.empty())) {
+    if (pipelines_.empty() && links_.empty() && groups_.empty() &&
+        (stopping_ || replacements_.empty())) {
       if (!stopping_) spdlog::warn("no pipeline is running any more");
       if (stopping_ || failed_) {
         monitor_.stop();
@@ -241,6 +315,7 @@ class PipelineSet {
   clock::SkewMonitor& monitor_;
   Pipelines pipelines_;
   std::vector<std::unique_ptr<SourceLink>> links_;
+  std::vector<std::unique_ptr<ClusterSourceGroup>> groups_;  // Redis Cluster sources
   std::map<std::string, std::string> fingerprints_;
   std::map<std::string, config::ConfigConstSharedPtr> configs_;
   std::map<std::string, std::pair<config::ConfigConstSharedPtr, const config::PipelineConfig*>>

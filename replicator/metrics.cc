@@ -33,6 +33,10 @@ class Family {
 };
 
 std::string pl(const PipelineMetrics& p) {
+  // A Redis Cluster source: one instance per source shard, told apart by `shard`.
+  if (!p.shard.empty()) {
+    return "pipeline=\"" + escapeLabel(p.name) + "\",shard=\"" + escapeLabel(p.shard) + "\"";
+  }
   return "pipeline=\"" + escapeLabel(p.name) + "\"";
 }
 

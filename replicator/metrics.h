@@ -19,6 +19,7 @@ namespace xdcr::replicator {
 /** What one pipeline contributes to /metrics and to the figures of /status. */
 struct PipelineMetrics {
   std::string name;
+  std::string shard;  // the source shard's label ("" unless the source is a Redis Cluster)
   const PipelineStats* stats = nullptr;
   double lag_seconds = 0;
   uint64_t backlog_bytes = 0;

@@ -29,9 +29,12 @@ const char* stateName(PipelineState s) {
 }
 
 Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
-                   const config::PipelineConfig& pipeline, const clock::Clock& clock, Limits limits)
+                   const config::PipelineConfig& pipeline, const clock::Clock& clock, Limits limits,
+                   std::shared_ptr<source::Locator> locator, std::optional<Shard> shard)
     : config_(std::move(config)),
       pipeline_(pipeline),
+      instance_(shard ? shard->instance : pipeline.name),
+      shard_label_(shard ? shard->label : ""),
       source_cluster_(*config_->cluster(pipeline.source)),
       target_cluster_(*config_->cluster(pipeline.target)),
       clock_(clock),
@@ -39,9 +42,10 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
       target_clock_(clock),
       policy_(target_cluster_.buckets),
       keys_(std::make_shared<const filters::KeySpace>(pipeline)),
-      store_(config_->agent.state_dir, pipeline.name),
+      store_(config_->agent.state_dir, instance_),
       ex_(ex),
       pause_wake_(ex) {
+  locator_ = locator ? std::move(locator) : source::fixedLocator(source_cluster_);
   if (config_->clock.on_skew != config::SkewAction::Warn) {
     // Deadlines must not be written with an unknown skew; the first clock check lifts this.
     skew_paused_ = true;
@@ -100,11 +104,11 @@ Status Pipeline::open(source::ExpiryIndex& index) {
 std::unique_ptr<target::Sink> Pipeline::makeSink(const clock::Clock& clock) {
   std::unique_ptr<target::Sink> sink;
   if (target_cluster_.isRedisCluster()) {
-    sink = std::make_unique<target::ClusterSink>(ex_, pipeline_, target_cluster_, keys_, policy_,
-                                                 target_clock_, clock, limits_, stats_);
+    sink = std::make_unique<target::ClusterSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
+                                                 policy_, target_clock_, clock, limits_, stats_);
   } else {
-    sink = std::make_unique<target::RedisSink>(ex_, pipeline_, target_cluster_, keys_, policy_,
-                                               target_clock_, clock, limits_, stats_);
+    sink = std::make_unique<target::RedisSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
+                                               policy_, target_clock_, clock, limits_, stats_);
   }
   sink->setCompensationMs(compensation_ms_);
   return sink;

@@ -23,6 +23,7 @@
 #include "filters/key_space.h"
 #include "replicator/checkpoint.h"
 #include "source/expiry_index.h"
+#include "source/locator.h"
 #include "target/max_ttl.h"
 #include "target/sink.h"
 
@@ -50,9 +51,19 @@ struct SnapshotProgress {
 
 class Pipeline {
  public:
+  /**
+   * `locator` says where the source is read from (nullptr: the source cluster's address).
+   * `shard`: for one shard of a Redis Cluster source, its instance name (`<pipeline>@<id>`, which
+   * names its checkpoint and its markers on the target) and its label for status and metrics.
+   */
+  struct Shard {
+    std::string instance;
+    std::string label;
+  };
   Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
            const config::PipelineConfig& pipeline, const clock::Clock& clock,
-           Limits limits = Limits{});
+           Limits limits = Limits{}, std::shared_ptr<source::Locator> locator = nullptr,
+           std::optional<Shard> shard = std::nullopt);
 
   /** Graceful stop: its link stops feeding it, drains its target, checkpoints it. */
   void stop();
@@ -68,6 +79,16 @@ class Pipeline {
   int64_t compensationMs() const { return compensation_ms_; }
 
   const std::string& name() const { return pipeline_.name; }
+  /** The name of its checkpoint and markers: name(), or `<name>@<id>` for a source shard. */
+  const std::string& instance() const { return instance_; }
+  /** The source shard it reads ("" for a source that is not a Redis Cluster). */
+  const std::string& shardLabel() const { return shard_label_; }
+  void setShardLabel(std::string l) { shard_label_ = std::move(l); }
+  /** The node its link reads now ("" when none), as "host:port (role)". */
+  const std::string& sourceNode() const { return source_node_; }
+  void setSourceNode(std::string n) { source_node_ = std::move(n); }
+  /** Where its link reads the source from. */
+  const std::shared_ptr<source::Locator>& locator() const { return locator_; }
   const config::PipelineConfig& config() const { return pipeline_; }
   const config::ClusterConfig& sourceCluster() const { return source_cluster_; }
   const config::ClusterConfig& targetCluster() const { return target_cluster_; }
@@ -171,6 +192,10 @@ class Pipeline {
 
   config::ConfigConstSharedPtr config_;  // keeps pipeline_ and the cluster configs alive
   const config::PipelineConfig& pipeline_;
+  std::string instance_;
+  std::string shard_label_;
+  std::string source_node_;
+  std::shared_ptr<source::Locator> locator_;
   const config::ClusterConfig& source_cluster_;
   const config::ClusterConfig& target_cluster_;
   const clock::Clock& clock_;

@@ -57,8 +57,9 @@ SourceLink::~SourceLink() {
 std::string SourceLink::label() const {
   std::string names;
   for (const Pipeline* p : pipelines_) names += (names.empty() ? "" : ", ") + p->name();
+  const std::string where = pipelines_.empty() ? "" : pipelines_.front()->locator()->describe();
   return fmt::format("pipeline{} {}: source {} ({})", pipelines_.size() > 1 ? "s" : "", names,
-                     source_cluster_.name, source_cluster_.address());
+                     source_cluster_.name, where.empty() ? source_cluster_.address() : where);
 }
 
 SourceLink::Member* SourceLink::firstLive() {
@@ -328,9 +329,24 @@ net::awaitable<Status> SourceLink::session() {
     runSink(m);
   }
   if (result && live() > 0) {
-    source::RedisShardSource source(ex_, source_cluster_, label(), index_, source_clock_);
-    auto r = co_await (streamSide(source) || watchSinks());
-    result = std::visit([](auto& s) { return s; }, r);
+    // Where to read from now: a shard's or a Sentinel's master moves with failovers; the
+    // session ends as soon as discovery says the node is no longer the one.
+    std::shared_ptr<source::Locator> locator = pipelines_.front()->locator();
+    auto node = co_await locator->locate();
+    if (!node) {
+      result = fail(node.error());
+    } else {
+      source::RedisShardSource source(ex_, source_cluster_,
+                                      fmt::format("{} node {}", label(), node->endpoint.address()),
+                                      index_, source_clock_);
+      source.setNode(node->endpoint, node->role);
+      for (Pipeline* p : pipelines_) {
+        p->setSourceNode(fmt::format("{}{}", node->endpoint.address(),
+                                     node->role.empty() ? "" : " (" + node->role + ")"));
+      }
+      auto r = co_await (streamSide(source) || watchSinks() || watchNode(*locator, *node));
+      result = std::visit([](auto& s) { return s; }, r);
+    }
   }
   // Join: every sink's run() must have returned before its Member goes away.
   for (auto& m : members_) {
@@ -340,6 +356,14 @@ net::awaitable<Status> SourceLink::session() {
     co_await sink_wake_.waitFor(std::chrono::milliseconds(100));
   }
   co_return result;
+}
+
+net::awaitable<Status> SourceLink::watchNode(source::Locator& locator,
+                                             const source::NodeChoice& node) {
+  co_await locator.watch(node);
+  co_return fail(Error::io(
+      fmt::format("{} is no longer the node to read from (a failover); attaching to the new one",
+                  node.endpoint.address())));
 }
 
 net::awaitable<Status> SourceLink::watchSinks() {

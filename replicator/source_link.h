@@ -39,6 +39,7 @@
 #include "replicator/pipeline.h"
 #include "replicator/supervision.h"
 #include "source/expiry_index.h"
+#include "source/locator.h"
 #include "source/source.h"
 #include "target/sink.h"
 
@@ -96,6 +97,8 @@ class SourceLink final : private source::SnapshotConsumer {
   net::awaitable<Status> streamSide(source::Source& source);
   net::awaitable<Status> readLoop(source::Source& source);
   net::awaitable<Status> ackLoop(source::Source& source);
+  /** Returns (an error) when the node the session reads is no longer the right one. */
+  net::awaitable<Status> watchNode(source::Locator& locator, const source::NodeChoice& node);
   /** Returns when a single member's sink failed (that ends the session). */
   net::awaitable<Status> watchSinks();
   /** Loads every member's checkpoint and picks where the link resumes (members that cannot

@@ -1,5 +1,6 @@
 #include "replicator/status.h"
 
+#include <algorithm>
 #include <string>
 #include <variant>
 
@@ -11,6 +12,7 @@ namespace xdcr::replicator {
 PipelineMetrics metricsOf(const Pipeline& p) {
   PipelineMetrics m;
   m.name = p.name();
+  m.shard = p.shardLabel();
   m.stats = &p.stats();
   m.lag_seconds = p.lagSeconds();
   m.backlog_bytes = p.backlogBytes();
@@ -54,9 +56,14 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
   j["revision"] = gitRevision();
   j["draining"] = draining;
   auto& arr = j["pipelines"] = nlohmann::json::array();
-  for (const auto& p : pipelines) {
+  auto one = [&](const Pipeline* p) {
     nlohmann::json pj;
     pj["name"] = p->name();
+    if (!p->shardLabel().empty()) {
+      pj["shard"] = p->shardLabel();
+      pj["instance"] = p->instance();
+      pj["node"] = p->sourceNode();
+    }
     pj["state"] = stateName(p->state());
     pj["paused_reason"] = p->pausedReason();
     pj["paused_detail"] = p->pausedDetail();
@@ -78,6 +85,38 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
                        {"seconds", fs.seconds}};
     pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
     pj["last_error"] = p->lastError();
+    return pj;
+  };
+  std::vector<std::string> grouped;
+  for (const auto& p : pipelines) {
+    if (p->shardLabel().empty()) {
+      arr.push_back(one(p.get()));
+      continue;
+    }
+    // A Redis Cluster source: one entry for the pipeline, its source shards under "shards".
+    if (std::find(grouped.begin(), grouped.end(), p->name()) != grouped.end()) continue;
+    grouped.push_back(p->name());
+    nlohmann::json pj;
+    pj["name"] = p->name();
+    auto& shards = pj["shards"] = nlohmann::json::array();
+    std::string state = "streaming";
+    double lag = 0;
+    uint64_t backlog = 0;
+    bool paused = false;
+    for (const auto& q : pipelines) {
+      if (q->name() != p->name()) continue;
+      shards.push_back(one(q.get()));
+      if (q->state() != PipelineState::Streaming && state == "streaming") {
+        state = stateName(q->state());
+      }
+      lag = std::max(lag, q->lagSeconds());
+      backlog += q->backlogBytes();
+      paused = paused || q->paused();
+    }
+    pj["state"] = state;
+    pj["lag_seconds"] = lag;
+    pj["backlog_bytes"] = backlog;
+    pj["paused"] = paused;
     arr.push_back(pj);
   }
   j["clock"] = clockReportJson(clock_report, cfg.clock);

@@ -19,6 +19,11 @@ class RedisShardSource final : public Source, private SnapshotSink {
   RedisShardSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
                    ExpiryIndex& index, const clock::ClusterClock& source_clock);
 
+  /** The node to attach to (RedisSource::setNode); call before start(). */
+  void setNode(RedisEndpoint endpoint, std::string role) {
+    redis_.setNode(std::move(endpoint), std::move(role));
+  }
+
   // Source
   net::awaitable<Result<SyncKind>> start(const Position* resume, int resume_db,
                                          SnapshotConsumer& consumer) override;

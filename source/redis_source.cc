@@ -29,8 +29,22 @@ RedisSource::RedisSource(net::any_io_executor ex, const config::ClusterConfig& c
 net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, SnapshotSink& sink) {
   const std::string& label = conn_.label();
   // TCP, TLS (certificate checked before anything is sent), AUTH.
-  if (auto r = co_await conn_.connect(cluster_.endpoint(), kHandshakeTimeout); !r) {
+  // (a named local: GCC 12 mishandles temporaries inside co_await expressions)
+  const RedisEndpoint endpoint = node_ ? *node_ : cluster_.endpoint();
+  if (auto r = co_await conn_.connect(endpoint, kHandshakeTimeout); !r) {
     co_return fail(r.error());
+  }
+  if (!role_.empty()) {
+    // Discovery named this node; it must still be what discovery said before we PSYNC (a
+    // failover may have happened since): never attach to a demoted master.
+    std::vector<std::string_view> role{"ROLE"};
+    auto r = co_await conn_.call(role, kHandshakeTimeout, true);
+    if (!r) co_return fail(r.error());
+    if (r->has_error || r->elements.empty() || r->elements[0] != role_) {
+      co_return fail(Error::io(fmt::format(
+          "{}: the node is {} now, not {} (a failover?); finding the shard's {} again", label,
+          r->has_error ? r->text : (r->elements.empty() ? "?" : r->elements[0]), role_, role_)));
+    }
   }
   std::vector<std::vector<std::string_view>> handshake;
   handshake.push_back({"PING"});

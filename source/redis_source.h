@@ -14,6 +14,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -106,6 +107,15 @@ class RedisSource {
   RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label);
 
   /**
+   * The node to attach to (a cluster shard's current master or replica, a Sentinel's master):
+   * `endpoint`, which must answer ROLE with `role` ("" = no check). Default: the cluster's address.
+   */
+  void setNode(RedisEndpoint endpoint, std::string role) {
+    node_ = std::move(endpoint);
+    role_ = std::move(role);
+  }
+
+  /**
    * Connects and negotiates the stream. With a `resume` position, asks for a partial resync
    * (PSYNC replid offset+1); otherwise, or when the source refuses, a full resync whose snapshot
    * is handed to `sink`. On return the stream is positioned at `position()`.
@@ -135,6 +145,8 @@ class RedisSource {
   net::awaitable<Status> receiveSnapshot(SnapshotSink& sink);
 
   const config::ClusterConfig& cluster_;
+  std::optional<RedisEndpoint> node_;
+  std::string role_;
   RedisConnection conn_;
   Position pos_;
   UnitFramer framer_;

@@ -24,12 +24,11 @@ bool isOneOf(std::string_view name, std::initializer_list<std::string_view> name
 }  // namespace
 
 ClusterSink::ClusterSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
-                         const config::ClusterConfig& target_cluster,
+                         const std::string& instance, const config::ClusterConfig& target_cluster,
                          filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
                          const clock::ClusterClock& target_clock, const clock::Clock& clock,
                          const Limits& limits, PipelineStats& stats)
-    : label_(fmt::format("pipeline {}: target {} (Redis Cluster)", pipeline.name,
-                         target_cluster.name)),
+    : label_(fmt::format("pipeline {}: target {} (Redis Cluster)", instance, target_cluster.name)),
       pipeline_(pipeline),
       target_cluster_(target_cluster),
       limits_(limits),
@@ -37,8 +36,8 @@ ClusterSink::ClusterSink(net::any_io_executor ex, const config::PipelineConfig& 
       filter_(pipeline, std::move(keys), stats),
       applier_(policy, filter_.keySpace(), target_clock, stats),
       target_(ex, target_cluster, label_, stats, clock),
-      marker_prefix_(markerKey(pipeline.name) + ":"),
-      stamp_prefix_(appliedStampKey(pipeline.name) + ":"),
+      marker_prefix_(markerKey(instance) + ":"),
+      stamp_prefix_(appliedStampKey(instance) + ":"),
       slot_skip_(cluster::kSlots, 0) {}
 
 std::string ClusterSink::markerKeyFor(size_t m) const {
@@ -55,9 +54,8 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
     const ClusterNode& node = map.masters()[m];
     RedisConnection conn(co_await net::this_coro::executor,
                          fmt::format("{} node {} marker check", label_, node.address()));
-    if (Status s =
-            co_await conn.connect(target_cluster_.endpointAt(node.host, node.port), kTimeout);
-        !s) {
+    const RedisEndpoint endpoint = target_cluster_.endpointAt(node.host, node.port);
+    if (Status s = co_await conn.connect(endpoint, kTimeout); !s) {
       co_return fail(s.error());
     }
     // The master's marker, then the replay stamp of every slot it owns (one pipelined batch).

@@ -45,10 +45,13 @@ namespace xdcr::target {
 
 class ClusterSink final : public Sink {
  public:
+  /** `instance`: the pipeline's name, or `<name>@<shard>` for one shard of a cluster source
+   *  (its markers and replay stamps are its own). */
   ClusterSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
-              const config::ClusterConfig& target_cluster, filters::KeySpaceConstSharedPtr keys,
-              const MaxTtlPolicy& policy, const clock::ClusterClock& target_clock,
-              const clock::Clock& clock, const Limits& limits, PipelineStats& stats);
+              const std::string& instance, const config::ClusterConfig& target_cluster,
+              filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
+              const clock::ClusterClock& target_clock, const clock::Clock& clock,
+              const Limits& limits, PipelineStats& stats);
 
   // Sink
   net::awaitable<Status> connect() override { return target_.connect(); }

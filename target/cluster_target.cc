@@ -79,9 +79,8 @@ ClusterTarget::Node& ClusterTarget::nodeFor(const std::string& host, uint16_t po
 }
 
 net::awaitable<Status> ClusterTarget::connectNode(Node& n) {
-  if (auto r =
-          co_await n.conn->connect(cluster_.endpointAt(n.addr.host, n.addr.port), kConnectTimeout);
-      !r) {
+  const RedisEndpoint endpoint = cluster_.endpointAt(n.addr.host, n.addr.port);
+  if (auto r = co_await n.conn->connect(endpoint, kConnectTimeout); !r) {
     co_return r;
   }
   std::vector<std::string_view> ping{"PING"};

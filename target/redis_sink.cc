@@ -13,11 +13,11 @@ namespace xdcr::target {
 using namespace net::experimental::awaitable_operators;
 
 RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
-                     const config::ClusterConfig& target_cluster,
+                     const std::string& instance, const config::ClusterConfig& target_cluster,
                      filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
                      const clock::ClusterClock& target_clock, const clock::Clock& clock,
                      const Limits& limits, PipelineStats& stats)
-    : label_(fmt::format("pipeline {}: target {} ({})", pipeline.name, target_cluster.name,
+    : label_(fmt::format("pipeline {}: target {} ({})", instance, target_cluster.name,
                          target_cluster.address())),
       pipeline_(pipeline),
       target_cluster_(target_cluster),
@@ -26,8 +26,8 @@ RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipe
       filter_(pipeline, std::move(keys), stats),
       applier_(policy, filter_.keySpace(), target_clock, stats),
       target_(ex, target_cluster, label_, stats, clock),
-      marker_key_(markerKey(pipeline.name)),
-      stamp_key_(appliedStampKey(pipeline.name)) {}
+      marker_key_(markerKey(instance)),
+      stamp_key_(appliedStampKey(instance)) {}
 
 net::awaitable<Status> RedisSink::run() {
   auto r = co_await (target_.runWriter() || target_.runReader());

@@ -25,10 +25,13 @@ class RedisSink final : public Sink {
    * `target_clock` is the agent's view of the target's clock (the clamp's now); `stats` the
    * pipeline's counters. All references outlive the sink (one session).
    */
+  /** `instance`: the pipeline's name, or `<name>@<shard>` for one shard of a cluster source
+   *  (its markers and replay stamps are its own). */
   RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
-            const config::ClusterConfig& target_cluster, filters::KeySpaceConstSharedPtr keys,
-            const MaxTtlPolicy& policy, const clock::ClusterClock& target_clock,
-            const clock::Clock& clock, const Limits& limits, PipelineStats& stats);
+            const std::string& instance, const config::ClusterConfig& target_cluster,
+            filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
+            const clock::ClusterClock& target_clock, const clock::Clock& clock,
+            const Limits& limits, PipelineStats& stats);
 
   // Sink
   net::awaitable<Status> connect() override { return target_.connect(); }

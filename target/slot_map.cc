@@ -80,7 +80,8 @@ net::awaitable<Result<SlotMap>> loadSlotMap(const config::ClusterConfig& cluster
   for (const auto& node : tried) {
     RedisConnection conn(co_await net::this_coro::executor,
                          fmt::format("target {} node {}", cluster.name, node.str()));
-    Status s = co_await conn.connect(cluster.endpointAt(node.host, node.port), timeout);
+    const RedisEndpoint endpoint = cluster.endpointAt(node.host, node.port);
+    Status s = co_await conn.connect(endpoint, timeout);
     if (!s) {
       why += fmt::format("; {}: {}", node.str(), s.error().message);
       continue;
