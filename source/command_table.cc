@@ -98,6 +98,10 @@ constexpr CommandSpec kCommands[] = {
     {"unlink", E::Delete, 1, -1, 1},
     // whole-key moves
     {"restore", E::Restore, 1, 1, 1},
+    // A cluster's slot migration: MIGRATE's RESTORE on the importing node keeps this name in the
+    // stream, with an absolute deadline and ABSTTL (cluster-notes.md §2.1). A create, written
+    // as RESTORE ... REPLACE (the exporting shard may have written the key to the target).
+    {"restore-asking", E::Restore, 1, 1, 1},
     {"rename", E::Rename, 1, 2, 1},
     {"renamenx", E::Rename, 1, 2, 1},
     {"copy", E::Copy, 1, 2, 1},

@@ -76,6 +76,16 @@ TEST(Decode, ExpiryChangesAndMoves) {
   EXPECT_EQ(rs.events[0].deadline_ms, 1'000'000'009'000);
   auto rel = decode(Cmd({"RESTORE", "k", "5000", "payload"}));
   EXPECT_EQ(rel.events[0].deadline_ms, kNow + 5000);
+  // A slot migration on a cluster source: a create with an absolute deadline, like RESTORE.
+  const Cmd restore_asking({"RESTORE-ASKING", "{t}:a", "1795480203268", "payload", "ABSTTL"});
+  auto ra = decode(restore_asking);  // its keys view restore_asking
+  EXPECT_EQ(ra.effect, Effect::Restore);
+  ASSERT_EQ(ra.events.size(), 1u);
+  EXPECT_EQ(ra.events[0].kind, EventKind::Mutation);
+  EXPECT_EQ(ra.events[0].key, "{t}:a");
+  EXPECT_EQ(ra.events[0].deadline_ms, 1'795'480'203'268);
+  auto rp = decode(Cmd({"RESTORE-ASKING", "{t}:p", "0", "payload"}));  // persistent
+  EXPECT_EQ(rp.events[0].deadline_ms, 0);
 }
 
 TEST(Decode, FramingAndUnknownCommands) {
