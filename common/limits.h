@@ -31,6 +31,12 @@ struct Limits {
   // or has not answered anything it was sent for this long is detached onto a link of its own,
   // so the other targets are never held back longer than this.
   Duration detach_after = std::chrono::seconds(5);
+  /**
+   * A Redis Cluster source's slot migration: how long a shard's RESTORE-ASKING waits for the
+   * other shards to be checkpointed past it (replicator/migration_guard.h) before the session
+   * gives up and tries again.
+   */
+  Duration migration_wait = std::chrono::seconds(60);
 
   // ---- the ACK to the source: every 100 ms in the first seconds of a session (a diskless
   // source streams only after an ACK that follows its snapshot child's exit), then every second

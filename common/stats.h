@@ -108,12 +108,18 @@ constexpr size_t idx(E e) {
   /* kind: the first word of the error reply */                                                    \
   COUNTER_BY_KEY(target_errors_by_kind, "kind", "xdcr_target_errors_total", "",                    \
                  "Error replies from the target, by kind.")                                        \
-  /* kind: moved, ask (a Redis Cluster target sent the command elsewhere) */                      \
+  /* kind: moved, ask (a Redis Cluster target sent the command elsewhere) */                       \
   COUNTER_BY_KEY(target_redirects_by_kind, "kind", "xdcr_target_redirects_total", "",              \
                  "Redirections from a Redis Cluster target (the command was sent again), by "      \
                  "kind.")                                                                          \
+  COUNTER(migration_restores, "xdcr_migration_restores_total", "",                                 \
+          "Slot migrations on a Redis Cluster source (RESTORE-ASKING units) written only after "   \
+          "the other shards were checkpointed past them.")                                         \
+  COUNTER(migration_deletes_held, "xdcr_migration_deletes_held_total", "",                         \
+          "Deletions on one shard of a key whose migration RESTORE waited on another (not "        \
+          "replicated: the RESTORE follows).")                                                     \
   COUNTER(cross_slot_splits, "xdcr_cross_slot_splits_total", "",                                   \
-          "Source transactions split per target slot (atomic per slot, not across slots).")       \
+          "Source transactions split per target slot (atomic per slot, not across slots).")        \
   /* reason: cross_slot (a command whose keys a Redis Cluster target cannot take together) */      \
   COUNTER_BY_KEY(target_write_failures, "reason", "xdcr_target_write_failures_total", "",          \
                  "Writes the target could not apply (never counted as applied), by reason.")       \

@@ -22,6 +22,7 @@
 #include "replicator/clock_report.h"
 #include "replicator/cluster_source.h"
 #include "replicator/metrics.h"
+#include "replicator/migration_guard.h"
 #include "replicator/pipeline.h"
 #include "replicator/preflight.h"
 #include "replicator/source_link.h"
@@ -246,14 +247,18 @@ class PipelineSet {
   /** Discovers the shards of Redis Cluster `source` and runs a link per shard for `pcs`. */
   void startClusterGroup(const config::ConfigConstSharedPtr& cfg, const std::string& source,
                          const std::vector<const config::PipelineConfig*>& pcs) {
+    // The group's migration guard, known once the group exists (the callbacks run later).
+    auto guard = std::make_shared<std::shared_ptr<MigrationGuard>>();
     auto group = std::make_unique<ClusterSourceGroup>(
         ioc_.get_executor(), cfg, *cfg->cluster(source), pcs,
-        [this, cfg](std::shared_ptr<ShardLocator> locator, std::string label,
-                    std::vector<ClusterSourceGroup::Instance> instances) {
+        [this, cfg, guard](std::shared_ptr<ShardLocator> locator, std::string label,
+                           std::vector<ClusterSourceGroup::Instance> instances) {
           std::vector<Pipeline*> members;
           for (auto& i : instances) {
             auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, *i.pipeline, clock_,
                                                 Limits{}, locator, Pipeline::Shard{i.name, label});
+            p->setMigrationGuard(*guard, locator.get());
+            (*guard)->add(locator.get(), p.get());
             if (monitor_.latest()) p->onClockReport(*monitor_.latest());
             members.push_back(p.get());
             pipelines_.push_back(std::move(p));
@@ -268,6 +273,7 @@ class PipelineSet {
           }
         });
     ClusterSourceGroup* raw = group.get();
+    *guard = raw->migrationGuard();
     groups_.push_back(std::move(group));
     net::co_spawn(ioc_, raw->run(), [this, raw](std::exception_ptr e) {
       if (e) failed_ = true;
@@ -281,6 +287,7 @@ class PipelineSet {
   void finished(Pipeline* done) {
     std::string name = done->name();
     if (done->state() == PipelineState::Stopped && !done->stopping()) failed_ = true;
+    if (MigrationGuard* g = done->migrationGuard()) g->remove(done);
     std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; });
     // The other instances of the pipeline (source shards) finish first.
     if (std::any_of(pipelines_.begin(), pipelines_.end(),

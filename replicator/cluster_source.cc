@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "replicator/checkpoint.h"
+#include "replicator/migration_guard.h"
 
 namespace xdcr::replicator {
 
@@ -141,6 +142,7 @@ ClusterSourceGroup::ClusterSourceGroup(net::any_io_executor ex, config::ConfigCo
       start_(std::move(start)),
       stop_(std::move(stop)),
       topology_(std::make_shared<ClusterTopology>(ex, source)),
+      guard_(std::make_shared<MigrationGuard>(ex, topology_)),
       wake_(ex) {}
 
 void ClusterSourceGroup::stop() {

@@ -33,6 +33,8 @@
 
 namespace xdcr::replicator {
 
+class MigrationGuard;
+
 /** The shards of one source cluster as last discovered; shared by its shards' locators. */
 class ClusterTopology {
  public:
@@ -95,6 +97,8 @@ class ClusterSourceGroup {
   /** Discovers, starts every shard, then follows the cluster until stop(). */
   net::awaitable<void> run();
   void stop();
+  /** The slot-migration guard every shard link of this group shares. */
+  const std::shared_ptr<MigrationGuard>& migrationGuard() const { return guard_; }
   /** The names of the pipelines it runs. */
   const std::vector<const config::PipelineConfig*>& pipelines() const { return pipelines_; }
 
@@ -114,6 +118,7 @@ class ClusterSourceGroup {
   StartFn start_;
   StopFn stop_;
   std::shared_ptr<ClusterTopology> topology_;
+  std::shared_ptr<MigrationGuard> guard_;
   std::vector<Running> running_;
   std::vector<std::string> claimed_;  // checkpoint instances already matched to a shard
   bool stopping_ = false;

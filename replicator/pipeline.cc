@@ -63,6 +63,10 @@ void Pipeline::setLink(SourceLink* link) {
   if (link_ != nullptr && skew_.measured) link_->setSourceClockOffsetMs(source_offset_ms_);
 }
 
+void Pipeline::checkpointSoon() {
+  if (link_ != nullptr) link_->checkpointSoon();
+}
+
 void Pipeline::stop() {
   if (stopping_) return;
   stopping_ = true;

@@ -30,6 +30,8 @@
 namespace xdcr::replicator {
 
 class SourceLink;
+class MigrationGuard;
+class ShardLocator;
 
 enum class PipelineState { Starting, FullSync, Streaming, Paused, Reconnecting, Stopped };
 const char* stateName(PipelineState s);
@@ -87,6 +89,15 @@ class Pipeline {
   /** The node its link reads now ("" when none), as "host:port (role)". */
   const std::string& sourceNode() const { return source_node_; }
   void setSourceNode(std::string n) { source_node_ = std::move(n); }
+  /** A Redis Cluster source: the slot-migration guard of its source cluster, and its shard. */
+  void setMigrationGuard(std::shared_ptr<MigrationGuard> guard, const ShardLocator* shard) {
+    migration_guard_ = std::move(guard);
+    shard_ = shard;
+  }
+  MigrationGuard* migrationGuard() const { return migration_guard_.get(); }
+  const ShardLocator* shard() const { return shard_; }
+  /** Asks its link for a checkpoint at the next unit boundary. */
+  void checkpointSoon();
   /** Where its link reads the source from. */
   const std::shared_ptr<source::Locator>& locator() const { return locator_; }
   const config::PipelineConfig& config() const { return pipeline_; }
@@ -196,6 +207,8 @@ class Pipeline {
   std::string shard_label_;
   std::string source_node_;
   std::shared_ptr<source::Locator> locator_;
+  std::shared_ptr<MigrationGuard> migration_guard_;
+  const ShardLocator* shard_ = nullptr;
   const config::ClusterConfig& source_cluster_;
   const config::ClusterConfig& target_cluster_;
   const clock::Clock& clock_;

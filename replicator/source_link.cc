@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "replicator/migration_guard.h"
 #include "replicator/supervision.h"
 #include "source/redis_shard_source.h"
 #include "target/marker.h"
@@ -81,6 +82,12 @@ void SourceLink::stopAll() {
   if (live_source_ != nullptr) live_source_->cancel();  // wake a read waiting for the source
   stop_wake_.notify();
   ack_wake_.notify();
+}
+
+void SourceLink::checkpointSoon() {
+  if (checkpoint_due_ || members_.empty()) return;
+  checkpoint_due_ = true;
+  if (reading_source_ && live_source_ != nullptr) live_source_->cancel();
 }
 
 void SourceLink::memberStopping() {
@@ -621,6 +628,9 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
       if (arrivals_.size() > 4096) arrivals_.pop_front();  // bounded: lag is then a lower bound
       continue;
     }
+    if (MigrationGuard* guard = pipelines_.front()->migrationGuard(); guard != nullptr) {
+      if (auto s = co_await guardMigration(source, unit); !s) co_return s;
+    }
     for (const auto& c : unit.view()) {
       if (isGetAck(c)) {
         ack_requested_ = true;
@@ -633,6 +643,60 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
       if (!m.gone) m.sink->apply(unit, unit.offset_end > m.skip_until);
     }
     source.consume(unit);
+  }
+}
+
+net::awaitable<Status> SourceLink::guardMigration(source::Source& source,
+                                                  source::ResolvedUnit& unit) {
+  MigrationGuard& guard = *pipelines_.front()->migrationGuard();
+  std::vector<std::string> restored;
+  for (size_t i = 0; i < unit.count; ++i) {
+    source::Change& c = unit.changes[i];
+    if (c.entry == nullptr || c.effect != source::Effect::Restore) continue;
+    if (!resp::iequals(c.arg(0), "restore-asking")) continue;
+    for (const auto& ev : c.events) restored.emplace_back(ev.key);
+  }
+  // A DEL of a key whose RESTORE waits on another shard: that RESTORE (with REPLACE) follows,
+  // so the key is not deleted from the target meanwhile.
+  for (size_t i = 0; i < unit.count; ++i) {
+    source::Change& c = unit.changes[i];
+    if (c.effect != source::Effect::Delete) continue;
+    for (auto& ev : c.events) {
+      if (ev.pass && guard.restorePending(ev.key)) {
+        ev.pass = false;
+        guard.countDeleteHeld();
+        for (auto& m : members_) {
+          if (!m.gone) ++m.p->mutableStats().migration_deletes_held;
+        }
+      }
+    }
+  }
+  if (restored.empty()) co_return Status{};
+  closeGroups(source);
+  // (the checkpoints taken meanwhile stand before this unit; its only effect on the expiry
+  // index, the restored keys' deadlines, is put again when it is read again: idempotent)
+  const ShardLocator* shard = pipelines_.front()->shard();
+  auto r = co_await (guard.beforeRestore(shard, restored, limits_.migration_wait) ||
+                     checkpointWhileWaiting(source));
+  Status s = std::visit([](auto& s) { return s; }, r);
+  if (s) {
+    for (auto& m : members_) {
+      if (!m.gone) ++m.p->mutableStats().migration_restores;
+    }
+  }
+  co_return s;
+}
+
+net::awaitable<Status> SourceLink::checkpointWhileWaiting(source::Source& source) {
+  for (;;) {
+    finishDeltaCheckpointsIfAnswered();
+    bool paused = false;
+    for (const auto& m : members_) paused = paused || (!m.gone && m.p->paused());
+    if (checkpoint_due_ && !paused && !anyNeedsWholeImage()) beginDeltaCheckpoint(source);
+    net::steady_timer t(ex_);
+    t.expires_after(std::chrono::milliseconds(2));
+    auto [ec] = co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    if (ec) co_return Status{};  // cancelled: the other branch finished
   }
 }
 

@@ -59,6 +59,8 @@ class SourceLink final : private source::SnapshotConsumer {
   net::awaitable<void> run();
   /** Graceful stop of every member: drain, checkpoint, leave. */
   void stopAll();
+  /** A checkpoint at the next unit boundary (a slot migration on another shard waits for it). */
+  void checkpointSoon();
   /** A member's stop() was called: the read loop lets it leave at the next unit boundary. */
   void memberStopping();
   /** The source cluster's measured clock offset (rule 5 reads the source's now). */
@@ -97,6 +99,14 @@ class SourceLink final : private source::SnapshotConsumer {
   net::awaitable<Status> streamSide(source::Source& source);
   net::awaitable<Status> readLoop(source::Source& source);
   net::awaitable<Status> ackLoop(source::Source& source);
+  /**
+   * A Redis Cluster source: a unit with RESTORE-ASKING waits (still checkpointing) until the
+   * other shards are past the migration (replicator/migration_guard.h); a DEL of a key whose
+   * RESTORE waits elsewhere is not replicated.
+   */
+  net::awaitable<Status> guardMigration(source::Source& source, source::ResolvedUnit& unit);
+  /** Runs delta checkpoints while the read loop waits inside a unit (never returns). */
+  net::awaitable<Status> checkpointWhileWaiting(source::Source& source);
   /** Returns (an error) when the node the session reads is no longer the right one. */
   net::awaitable<Status> watchNode(source::Locator& locator, const source::NodeChoice& node);
   /** Returns when a single member's sink failed (that ends the session). */
