@@ -196,6 +196,12 @@ void checkClusterDbs(const ParsedConfig& parsed, const PipelineConfig& pipeline,
                               "keep them apart",
                               who, from, to, quote(target->name)));
     }
+    if (pipeline.delete_stale_keys) {
+      diags.error(marks.target,
+                  fmt::format("{}: full_sync.delete_stale_keys is not supported yet when the "
+                              "target ({}) is a Redis Cluster; remove it",
+                              who, quote(target->name)));
+    }
     if (pipeline.dbs.empty() && source != nullptr && !source->isRedisCluster()) {
       diags.warning(marks.target,
                     fmt::format("{} has no dbs map, so every source db goes to the db of the same "

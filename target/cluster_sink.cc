@@ -290,7 +290,24 @@ void ClusterSink::route(const source::ResolvedUnit& unit, bool write) {
     for (const auto& a : spans_) args_.push_back(raw.substr(a.pos, a.len));
     pos += pr.consumed;
     const std::string_view name = args_[0];
-    if (resp::iequals(name, "select")) continue;  // a cluster has db 0 only
+    if (resp::iequals(name, "select")) {
+      // A cluster has db 0 only: what the key space maps to another db cannot be written
+      // (validation warns about a pipeline without a dbs map into a cluster).
+      selected_db_ = args_.size() > 1 && args_[1] == "0" ? 0 : 1;
+      continue;
+    }
+    if (selected_db_ != 0 && !resp::iequals(name, "multi") && !resp::iequals(name, "exec")) {
+      ++stats_.target_write_failures["db"];
+      uint64_t suppressed = 0;
+      if (fail_log_.allow(suppressed)) {
+        spdlog::error(
+            "{}: a write into a db other than 0 cannot go to a Redis Cluster target: NOT written "
+            "(counted in xdcr_target_write_failures_total{{reason=\"db\"}}); map that source db "
+            "to 0 in the pipeline's dbs{}",
+            label_, suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+      }
+      continue;
+    }
     if (resp::iequals(name, "multi")) {
       in_multi = true;
       continue;

@@ -116,7 +116,8 @@ class ClusterSink final : public Sink {
   std::string scratch_;        // the applier's output for one unit
   std::vector<Slice> slices_;  // reused
   size_t used_slices_ = 0;
-  bool split_ = false;  // the group holds a multi-key command split per slot
+  bool split_ = false;   // the group holds a multi-key command split per slot
+  int selected_db_ = 0;  // the db the applier's commands are for (SELECT it emitted)
   std::vector<resp::ArgSpan> spans_;
   std::vector<std::string_view> args_;
   std::vector<uint16_t> key_pos_;

@@ -1130,6 +1130,20 @@ pipelines:
                     "t.yaml:10:17: error: pipeline \"p\" maps source db 3 to db 3 of target "
                     "\"b\", but a Redis Cluster has only db 0; map every source db to 0 and use "
                     "key_rewrite to keep them apart"},
+        InvalidCase{"DeleteStaleKeysIntoAClusterTarget", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+pipelines:
+  - name: p
+    source: a
+    target: b
+    dbs: {0: 0}
+    full_sync: {delete_stale_keys: true}
+)",
+                    "t.yaml:9:13: error: pipeline \"p\": full_sync.delete_stale_keys is not "
+                    "supported yet when the target (\"b\") is a Redis Cluster; remove it"},
         InvalidCase{"BucketForAnotherDbOfARedisCluster", R"(clusters:
   a: {address: "127.0.0.1:7001"}
   b:
