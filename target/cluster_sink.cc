@@ -363,6 +363,15 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
                                          "stop the other writer first, then restart this agent"));
     };
     target_.appendToSlot(map.lowestSlot(m), reencoded_, 1, std::move(expect));
+    // Best effort: the checkpoint counts once a replica of each master has it too (WAIT 1), so
+    // a failover to that replica keeps everything the checkpoint covers and the next session
+    // replays from it rather than resyncing. A master without a reachable replica answers 0
+    // after the timeout (500 ms), and the checkpoint counts anyway (the marker check then decides).
+    if (map.masters()[m].replicas > 0) {
+      reencoded_.clear();
+      resp::appendCommand(reencoded_, {"WAIT", "1", "500"});
+      target_.appendToSlot(map.lowestSlot(m), reencoded_, 1);
+    }
     if (it != last_markers_.end()) {
       it->second = std::string(token);
     } else {

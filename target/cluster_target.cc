@@ -19,6 +19,9 @@ using namespace net::experimental::awaitable_operators;
 namespace {
 
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
+/** Per node asked for the slot map: a frozen node (its kernel still accepts connections) must
+ *  not hold a failover's rediscovery for long; the next node is asked. */
+constexpr auto kMapTimeout = std::chrono::seconds(2);
 /** Reroutes in a row with no unit acknowledged in between before the session gives up. */
 constexpr int kMaxRerouteRounds = 100;
 
@@ -104,7 +107,7 @@ net::awaitable<Status> ClusterTarget::connectNode(Node& n) {
 }
 
 net::awaitable<Status> ClusterTarget::connect() {
-  auto map = co_await loadSlotMap(cluster_, {}, kConnectTimeout);
+  auto map = co_await loadSlotMap(cluster_, {}, kMapTimeout);
   if (!map) co_return fail(map.error());
   if (const size_t n = map->uncovered(); n > 0) {
     co_return fail(Error::refused(fmt::format(
@@ -447,8 +450,20 @@ net::awaitable<Status> ClusterTarget::reroute() {
   if (moved) {
     std::vector<config::NodeAddress> known;
     for (const Node* n : node_index_) known.push_back({n->addr.host, n->addr.port});
-    auto map = co_await loadSlotMap(cluster_, known, kConnectTimeout);
+    auto map = co_await loadSlotMap(cluster_, known, kMapTimeout);
     if (!map) co_return fail(map.error());
+    // A master that is not one any more failed over: what it acknowledged after its replica
+    // last caught up may be gone (a frozen master even acknowledges writes after it was
+    // replaced). The session ends; the next one checks every master's marker against the
+    // checkpoint and replays from it (or resyncs when the promoted node lacks the checkpoint).
+    for (const ClusterNode& old : map_.masters()) {
+      if (map->find(old.host, old.port) < 0) {
+        co_return fail(Error::io(fmt::format(
+            "{}: master {} of the target is no longer a master (a failover); resuming from the "
+            "last checkpoint once the markers are checked",
+            label_, old.address())));
+      }
+    }
     map_ = std::move(*map);
     master_node_.clear();
     for (const ClusterNode& m : map_.masters()) {

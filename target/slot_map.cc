@@ -34,6 +34,7 @@ Result<SlotMap> SlotMap::fromClusterSlots(const resp::Value& reply,
     if (n.host.empty() || n.host == "?") n.host = fallback_host;
     n.port = static_cast<uint16_t>(node.elements[1].integer);
     if (node.elements.size() > 2) n.id = node.elements[2].str;
+    n.replicas = range.elements.size() - 3;
     int index = map.find(n.host, n.port);
     if (index < 0) {
       index = static_cast<int>(map.masters_.size());

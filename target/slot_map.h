@@ -23,7 +23,8 @@ namespace xdcr::target {
 struct ClusterNode {
   std::string host;
   uint16_t port = 0;
-  std::string id;  // the node id ("" when CLUSTER SLOTS did not give one)
+  std::string id;       // the node id ("" when CLUSTER SLOTS did not give one)
+  size_t replicas = 0;  // replicas CLUSTER SLOTS lists with it (healthy ones)
   std::string address() const { return host + ":" + std::to_string(port); }
 };
 
