@@ -45,6 +45,41 @@ std::string ClusterSink::markerKeyFor(size_t m) const {
   return fmt::format("{}{{{}}}", marker_prefix_, cluster::slotTag(std::max(slot, 0)));
 }
 
+net::awaitable<Result<std::optional<std::string>>> ClusterSink::findMarker(
+    RedisConnection& conn, const RedisEndpoint& endpoint) {
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  constexpr int kMaxPages = 256;  // x COUNT 1000: about 256,000 keys looked at, at most
+  std::string pattern;
+  for (char ch : marker_prefix_) {
+    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern.push_back('\\');
+    pattern.push_back(ch);
+  }
+  pattern += "{*}";
+  std::string cursor = "0";
+  for (int page = 0; page < kMaxPages; ++page) {
+    const std::vector<std::vector<std::string>> scan = {
+        {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}};
+    auto r = co_await conn.callMany(scan, kTimeout);
+    if (!r) co_return fail(r.error());
+    const resp::Value& v = (*r)[0];
+    if (v.type != resp::ReplyType::Array || v.elements.size() != 2) break;
+    for (const auto& key : v.elements[1].elements) {
+      const std::vector<std::vector<std::string>> get = {{"GET", key.str}};
+      auto g = co_await conn.callMany(get, kTimeout);
+      if (!g) co_return fail(g.error());
+      if ((*g)[0].type == resp::ReplyType::Bulk) {
+        spdlog::info("{}: the marker of {} is {} (its lowest slot changed since it was written)",
+                     label_, endpoint.address(), key.str);
+        last_markers_.emplace_back(key.str, (*g)[0].str);
+        co_return std::optional<std::string>((*g)[0].str);
+      }
+    }
+    cursor = v.elements[0].str;
+    if (cursor == "0") break;
+  }
+  co_return std::optional<std::string>();
+}
+
 net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
   constexpr auto kTimeout = std::chrono::seconds(10);
   MarkerState state;
@@ -69,7 +104,6 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
       cmds.push_back({"GET", fmt::format("{}{{{}}}", stamp_prefix_, cluster::slotTag(s))});
     }
     auto r = co_await conn.callMany(cmds, kTimeout);
-    conn.close();
     if (!r) co_return fail(r.error());
     const resp::Value& v = (*r)[0];
     if (v.isError()) {
@@ -80,12 +114,21 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
     }
     std::optional<std::string> value;
     if (!v.isNull()) value = v.str;
+    if (!value) {
+      // After a reshard of the target the master's lowest slot may have changed since the last
+      // checkpoint wrote its marker: look for this pipeline's marker in its other slots (a
+      // bounded SCAN; nothing found still means a full sync).
+      auto found = co_await findMarker(conn, endpoint);
+      if (!found) co_return fail(found.error());
+      value = *found;
+    }
     state.node_markers.emplace_back(node.address(), value);
     last_markers_.emplace_back(marker, value);
     for (size_t i = 0; i < slots.size(); ++i) {
       const resp::Value& st = (*r)[i + 1];
       if (st.type == resp::ReplyType::Bulk) state.slot_stamps.emplace_back(slots[i], st.str);
     }
+    conn.close();
   }
   co_return state;
 }

@@ -93,6 +93,9 @@ class ClusterSink final : public Sink {
   static constexpr int kBroadcast = -1;
   static constexpr int kAnyNode = -2;
 
+  /** A marker of this pipeline anywhere on the master `conn` is connected to (bounded SCAN). */
+  net::awaitable<Result<std::optional<std::string>>> findMarker(RedisConnection& conn,
+                                                                const RedisEndpoint& endpoint);
   /** Routes the applier's output for one unit (scratch_) to the target. */
   void route(const source::ResolvedUnit& unit, bool write);
   Slice& slice(int slot);
