@@ -254,10 +254,15 @@ std::vector<int64_t> checkSourceReplicas(const std::vector<Shard>& shards, const
       if (line.find("state=online") != std::string::npos) ++online;
     }
     if (connected != 1 || online != 1) {
-      throw std::runtime_error("source master " + s.master->address() + " (shard " + s.label +
-                               ") lists " + std::to_string(connected) + " replica(s), " +
-                               std::to_string(online) + " online, " + when + "; " + who +
-                               " must be exactly 1 (INFO replication):" + listed);
+      std::string why = "source master ";
+      for (const std::string& part :
+           {s.master->address(), std::string(" (shard "), s.label, std::string(") lists "),
+            std::to_string(connected), std::string(" replica(s), "), std::to_string(online),
+            std::string(" online, "), when, std::string("; "), who,
+            std::string(" must be exactly 1 (INFO replication):"), listed}) {
+        why += part;
+      }
+      throw std::runtime_error(why);
     }
     out.push_back(connected);
   }
