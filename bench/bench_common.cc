@@ -108,6 +108,16 @@ void progress(const std::string& text) {
   std::cerr << stamp << text << std::endl;
 }
 
+std::string makeValue(size_t size) {
+  std::string value(size, 'x');
+  uint64_t state = 0x9e3779b97f4a7c15ULL;
+  for (auto& c : value) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    c = static_cast<char>('!' + (state >> 58));
+  }
+  return value;
+}
+
 namespace {
 
 /** The fields of /proc/PID/stat the benchmarks read, in clock ticks. */

@@ -51,6 +51,10 @@ double secondsSince(Clock::time_point start);
 /** Progress on stderr, with the time since the program started: "[  12.3 s] text". */
 void progress(const std::string& text);
 
+/** `size` printable bytes, not compressible, the same every call: a benchmark's value, as an
+ * application's payload. */
+std::string makeValue(size_t size);
+
 // ---- /proc ----
 
 /** utime + stime of the whole process (every thread), in seconds; nullopt if unreadable. */

@@ -1,8 +1,8 @@
-// Folds the JSON of stream_bench (drain, lag, cost, fanout) and of full_sync_bench into ONE table
-// (stdout) and one JSON file: the benchmarks' own results unchanged under "stream" and
-// "full_sync", plus the table's rows under "table".
+// Folds the JSON of stream_bench (drain, lag, cost, fanout), of cluster_bench and of
+// full_sync_bench into ONE table (stdout) and one JSON file: the benchmarks' own results unchanged
+// under "stream", "cluster" and "full_sync", plus the table's rows under "table".
 //
-//   bench_report [--stream FILE] [--full-sync FILE] [--json OUT]
+//   bench_report [--stream FILE] [--cluster FILE] [--full-sync FILE] [--json OUT]
 //
 // A missing or unreadable input only leaves its rows out (they are listed as not run).
 
@@ -95,15 +95,18 @@ bool readJson(const std::string& path, json* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string stream_path, full_sync_path, out_path;
+  std::string stream_path, cluster_path, full_sync_path, out_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) {
-      std::cerr << "usage: bench_report [--stream FILE] [--full-sync FILE] [--json OUT]\n";
+      std::cerr << "usage: bench_report [--stream FILE] [--cluster FILE] [--full-sync FILE] "
+                   "[--json OUT]\n";
       return 2;
     }
     if (arg == "--stream") {
       stream_path = argv[++i];
+    } else if (arg == "--cluster") {
+      cluster_path = argv[++i];
     } else if (arg == "--full-sync") {
       full_sync_path = argv[++i];
     } else if (arg == "--json") {
@@ -113,8 +116,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  json stream, full;
+  json stream, cluster, full;
   const bool have_stream = readJson(stream_path, &stream);
+  const bool have_cluster = readJson(cluster_path, &cluster);
   const bool have_full = readJson(full_sync_path, &full);
 
   std::vector<Row> rows;
@@ -217,6 +221,84 @@ int main(int argc, char** argv) {
          quiet({num(m, {native, "foreign_cores_max"}), num(m, {agent, "foreign_cores_max"})})});
   } else {
     not_run.push_back("fanout");
+  }
+
+  // Cluster: the agent (ONE pipeline of a Redis Cluster source into a Redis Cluster target, one
+  // link per source shard, no clamp) goes in the "agent clamp off" column; "native" is one
+  // replica per source master.
+  std::string cluster_note;
+  if (have_cluster && cluster.contains("cluster")) {
+    const json& c = cluster["cluster"];
+    const json& m = c["median"];
+    const std::string native = "native_replicas";
+    const std::string agent = "agent_cluster";
+    const auto runs = c.contains("runs") ? c["runs"].size() : 0;
+    const auto shards = num(c, {"shards"});
+    const std::string s = fmt(shards, 0);
+    cluster_note = "cluster: native = " + s +
+                   " plain redis-servers, one REPLICAOF each source master; agent = ONE agent, "
+                   "one pipeline of the " +
+                   s + "-master source cluster into a " + s +
+                   "-master target cluster (one link per source shard, one thread), no clamp (its "
+                   "figures in the 'agent clamp off' column); per shard = the total / " +
+                   s;
+    const auto ratio = num(m, {"ratio"});
+    rows.push_back({"cluster " + s + "->" + s + " shards, drain " + thousands(num(c, {"ops"})) +
+                        " SET PXAT: ops/s, all shards (median of " + std::to_string(runs) + ")",
+                    thousands(num(m, {native, "ops_per_s"})), "",
+                    thousands(num(m, {agent, "ops_per_s"})), "", fmt(ratio, 2), "", ""});
+    auto each = [&](const std::string& who) {
+      std::string out;
+      if (m.contains(who) && m[who].contains("shard_drain_s") &&
+          m[who]["shard_drain_s"].is_array()) {
+        for (const auto& t : m[who]["shard_drain_s"]) {
+          out += (out.empty() ? "" : " / ") +
+                 fmt(t.is_number() ? std::optional(t.get<double>()) : std::nullopt, 3);
+        }
+      }
+      return out.empty() ? std::string("-") : out;
+    };
+    rows.push_back(
+        {"cluster: each shard done after s", each(native), "", each(agent), "", "", "", ""});
+    const auto n_cpu = num(m, {native, "cpu_s_per_million"});
+    const auto a_cpu = num(m, {agent, "cpu_s_per_million"});
+    rows.push_back({"cluster: consumer CPU s per 1M events (" + s + " replicas; the agent)",
+                    fmt(n_cpu, 2), "", fmt(a_cpu, 2), "",
+                    n_cpu && a_cpu && *n_cpu > 0 ? fmt(*a_cpu / *n_cpu, 2) : "-", "", ""});
+    rows.push_back({"cluster: consumer CPU s per shard (total / " + s + ")",
+                    fmt(num(m, {native, "cpu_s_per_shard"}), 2), "",
+                    fmt(num(m, {agent, "cpu_s_per_shard"}), 2), "", "", "", ""});
+    rows.push_back({"cluster: + the agent's " + s + " target masters' CPU s/1M", "", "",
+                    fmt(num(m, {agent, "target_cpu_s_per_million"}), 2), "", "", "", ""});
+    rows.push_back({"cluster: consumer peak RSS (VmHWM) MiB, summed",
+                    fmt(num(m, {native, "vmhwm_bytes"}), 1, 1.0 / 1048576), "",
+                    fmt(num(m, {agent, "vmhwm_bytes"}), 1, 1.0 / 1048576), "", "", "", ""});
+    auto replicas = [&](const std::string& who, bool* one_each) {
+      std::string out;
+      if (m.contains(who) && m[who].contains("source_replicas") &&
+          m[who]["source_replicas"].is_array() && !m[who]["source_replicas"].empty()) {
+        for (const auto& r : m[who]["source_replicas"]) {
+          out += (out.empty() ? "" : " / ") + r.dump();
+          if (!r.is_number() || r.get<double>() != 1) *one_each = false;
+        }
+      } else {
+        *one_each = false;
+      }
+      return out.empty() ? std::string("-") : out;
+    };
+    bool one_each =
+        num(m, {native, "errors"}).value_or(1) == 0 && num(m, {agent, "errors"}).value_or(1) == 0;
+    const std::string n_rep = replicas(native, &one_each);
+    const std::string a_rep = replicas(agent, &one_each);
+    rows.push_back({"cluster: replicas each source master lists; all keys landed", n_rep, "", a_rep,
+                    "", "", "1 each, no error", one_each ? "met" : "MISSED"});
+    rows.push_back(
+        {"cluster: other load on the machine, cores (max)",
+         fmt(num(m, {native, "foreign_cores_max"}), 2), "",
+         fmt(num(m, {agent, "foreign_cores_max"}), 2), "", "", "~0 (a quiet machine)",
+         quiet({num(m, {native, "foreign_cores_max"}), num(m, {agent, "foreign_cores_max"})})});
+  } else {
+    not_run.push_back("cluster");
   }
 
   if (have_stream && stream.contains("lag")) {
@@ -372,10 +454,14 @@ int main(int argc, char** argv) {
                  "that source (one replication link) into 2 targets, the 1st with the clamp on, "
                  "the 2nd without (its figures in the 'agent clamp on' column)\n";
   }
-  if (have_stream) {
-    std::cout << "machine: " << stream.value("cpus", 0) << " CPUs, redis "
-              << stream.value("redis_version", std::string("?")) << ", agent "
-              << stream.value("agent_binary", std::string("?")) << "\n";
+  if (!cluster_note.empty()) {
+    std::cout << cluster_note << "\n";
+  }
+  if (have_stream || have_cluster) {
+    const json& from = have_stream ? stream : cluster;
+    std::cout << "machine: " << from.value("cpus", 0) << " CPUs, redis "
+              << from.value("redis_version", std::string("?")) << ", agent "
+              << from.value("agent_binary", std::string("?")) << "\n";
   }
 
   if (!out_path.empty()) {
@@ -393,6 +479,7 @@ int main(int argc, char** argv) {
     json out = {{"unix_time", static_cast<long long>(std::time(nullptr))},
                 {"table", table},
                 {"stream", have_stream ? stream : json(nullptr)},
+                {"cluster", have_cluster ? cluster : json(nullptr)},
                 {"full_sync", have_full ? full : json(nullptr)}};
     std::ofstream file(out_path);
     file << out.dump(2) << "\n";

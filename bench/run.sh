@@ -17,14 +17,21 @@
 #             native replicas of the source; ops/s until both targets have everything, the
 #             agent's CPU s; the source must list one replica for the agent, two for the natives
 #             (stream_bench; --runs runs, medians)
+#   cluster   the drain's backlog (--ops keys, spread over all slots) into a 3-master Redis
+#             Cluster source while the consumers are SIGSTOPped: ONE agent, one pipeline into a
+#             3-master target cluster (one link per source shard) against 3 native replicas, one
+#             REPLICAOF each source master; ops/s until every shard has landed (agent/native),
+#             the agent's CPU s per million events and per shard (its total / 3); each source
+#             master must list exactly one replica (cluster_bench; --runs runs, medians)
 #
 # Options (all optional):
-#   --only LIST        drain,lag,fullsync,cost,fanout (comma-separated or repeated; default all)
-#   --runs R           drain, fan-out and full-sync runs (default 3)
-#   --ops N            commands of one drain (default 1000000)
+#   --only LIST        drain,lag,fullsync,cost,fanout,cluster (comma-separated or repeated;
+#                      default all)
+#   --runs R           drain, fan-out, cluster and full-sync runs (default 3)
+#   --ops N            commands of one drain, also of the cluster drain (default 1000000)
 #   --keys N           full-sync keys (default 1000000)
 #   --lag-seconds S    (default 30)      --lag-rate W   writes/s (default 50000)
-#   --value-size B     drain/lag values (default 256)
+#   --value-size B     drain/lag/cluster values (default 256)
 #   --timeout S        bound on each drain / full sync
 #   --agent PATH       another xdcr-agent binary (default: build-bench's)
 #   --json FILE        combined results (default: $BUILD_DIR/bench.json)
@@ -33,8 +40,9 @@
 #   --no-build         use what build-bench holds
 # Environment: BUILD_DIR (default build-bench), BUILD_JOBS (default 2).
 # Every redis-server and agent is a child of a benchmark, stopped by PID, also on failure or
-# Ctrl-C. Default runtime on a quiet 2-core machine: about 7 minutes plus the build (each
-# measurement adds a 1 s quiet check; on a busy one up to 2 x --quiet-wait more).
+# Ctrl-C. Default runtime on a quiet 2-core machine: about 7 minutes plus the build, and the
+# cluster part (two clusters formed per agent measurement; not yet timed on a quiet machine)
+# (each measurement adds a 1 s quiet check; on a busy one up to 3 x --quiet-wait more).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
@@ -44,6 +52,7 @@ only=""
 build_it=1
 quiet_wait=120
 stream_args=()
+cluster_args=()
 full_args=()
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" >&2; exit 2; }
@@ -52,8 +61,10 @@ need() { [[ $# -ge 2 ]] || { echo "run.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --only) need "$@"; only="${only:+$only,}$2"; shift 2 ;;
-    --runs|--timeout|--agent) need "$@"; stream_args+=("$1" "$2"); full_args+=("$1" "$2"); shift 2 ;;
-    --ops|--lag-seconds|--lag-rate|--value-size) need "$@"; stream_args+=("$1" "$2"); shift 2 ;;
+    --runs|--timeout|--agent) need "$@"; stream_args+=("$1" "$2"); cluster_args+=("$1" "$2")
+      full_args+=("$1" "$2"); shift 2 ;;
+    --ops|--value-size) need "$@"; stream_args+=("$1" "$2"); cluster_args+=("$1" "$2"); shift 2 ;;
+    --lag-seconds|--lag-rate) need "$@"; stream_args+=("$1" "$2"); shift 2 ;;
     --keys) need "$@"; full_args+=("$1" "$2"); shift 2 ;;
     --json) need "$@"; json="$2"; shift 2 ;;
     --quiet-wait) need "$@"; quiet_wait="$2"; shift 2 ;;
@@ -62,15 +73,18 @@ while [[ $# -gt 0 ]]; do
     *) echo "run.sh: unknown option $1" >&2; usage ;;
   esac
 done
-only="${only:-drain,lag,fullsync,cost,fanout}"
+only="${only:-drain,lag,fullsync,cost,fanout,cluster}"
 stream_parts=""
 run_full=0
+run_cluster=0
 IFS=',' read -r -a parts <<<"$only"
 for part in "${parts[@]}"; do
   case "$part" in
     drain|lag|cost|fanout) stream_parts="${stream_parts:+$stream_parts,}$part" ;;
     fullsync) run_full=1 ;;
-    *) echo "run.sh: --only takes drain, lag, fullsync, cost, fanout (not '$part')" >&2; exit 2 ;;
+    cluster) run_cluster=1 ;;
+    *) echo "run.sh: --only takes drain, lag, fullsync, cost, fanout, cluster (not '$part')" >&2
+      exit 2 ;;
   esac
 done
 
@@ -82,8 +96,8 @@ if [[ $build_it -eq 1 ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXDCR_BUILD_TESTS=ON \
     -DXDCR_BUILD_BENCH=ON >/dev/null
   # 2 cores, and the heavy Asio TUs need ~1 GiB each: two jobs (as scripts/build.sh).
-  cmake --build "$build" -j "${BUILD_JOBS:-2}" --target stream_bench full_sync_bench bench_report \
-    xdcr-agent >&2
+  cmake --build "$build" -j "${BUILD_JOBS:-2}" --target stream_bench full_sync_bench \
+    cluster_bench bench_report xdcr-agent >&2
 fi
 
 # The benchmarks share the machine: say so when something else is using it (each measurement
@@ -99,12 +113,19 @@ fi
 mkdir -p "$(dirname "$json")"
 stream_json="$build/bench-stream.json"
 full_json="$build/bench-full-sync.json"
-rm -f "$stream_json" "$full_json"  # never fold an older run's results into this table
+cluster_json="$build/bench-cluster.json"
+# never fold an older run's results into this table
+rm -f "$stream_json" "$full_json" "$cluster_json"
 status=0
 if [[ -n "$stream_parts" ]]; then
   say "stream_bench --only $stream_parts ${stream_args[*]}"
   "$build/bench/stream_bench" --only "$stream_parts" --json "$stream_json" \
     --quiet-wait "$quiet_wait" "${stream_args[@]}" >&2 || status=1
+fi
+if [[ $run_cluster -eq 1 ]]; then
+  say "cluster_bench ${cluster_args[*]}"
+  "$build/bench/cluster_bench" --json "$cluster_json" --quiet-wait "$quiet_wait" \
+    "${cluster_args[@]}" >&2 || status=1
 fi
 if [[ $run_full -eq 1 ]]; then
   say "full_sync_bench --maxttl both ${full_args[*]}"
@@ -114,6 +135,7 @@ fi
 say "done; the table:"
 report_args=(--json "$json")
 [[ -f "$stream_json" ]] && report_args+=(--stream "$stream_json")
+[[ -f "$cluster_json" ]] && report_args+=(--cluster "$cluster_json")
 [[ -f "$full_json" ]] && report_args+=(--full-sync "$full_json")
 "$build/bench/bench_report" "${report_args[@]}" || status=1
 [[ $status -eq 0 ]] || echo "run.sh: a benchmark reported an error (see above and the JSON)" >&2

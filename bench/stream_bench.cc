@@ -454,16 +454,6 @@ int64_t checkSourceReplicas(RedisServer& source, const Consumer& consumer,
 
 // ---- the load ----
 
-std::string makeValue(size_t size) {
-  std::string value(size, 'x');
-  uint64_t state = 0x9e3779b97f4a7c15ULL;
-  for (auto& c : value) {  // printable, not compressible: as an application's payload
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    c = static_cast<char>('!' + (state >> 58));
-  }
-  return value;
-}
-
 /** SET <prefix><i> value PXAT <now+1h> for i in [first, first+count), pipelined, then SET
  * sentinel 1. Returns the seconds it took. */
 double writeLoad(uint16_t port, int64_t first, int64_t count, const std::string& value,
