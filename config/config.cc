@@ -294,6 +294,24 @@ std::vector<std::string> securityWarnings(const Config& config) {
   return out;
 }
 
+std::string ClusterConfig::address() const {
+  auto join = [](const std::vector<NodeAddress>& nodes) {
+    std::string out;
+    for (const auto& n : nodes) {
+      out += (out.empty() ? "" : ",") + internal::joinHostPort(n.host, n.port);
+    }
+    return out;
+  };
+  if (kind == ClusterKind::RedisCluster && !seeds.empty()) {
+    return join(seeds);
+  }
+  if (kind == ClusterKind::RedisSentinel && !sentinels.empty()) {
+    return master_name + " via " + join(sentinels);
+  }
+  // Unbracketed, as checkpoints have always recorded it (replicator/pipeline.cc compares them).
+  return host + ":" + std::to_string(port);
+}
+
 RedisEndpoint ClusterConfig::endpoint() const {
   RedisEndpoint e;
   e.cluster = name;

@@ -143,8 +143,11 @@ struct ClusterConfig {
 
   bool isRedisCluster() const { return kind == ClusterKind::RedisCluster; }
   bool isSentinel() const { return kind == ClusterKind::RedisSentinel; }
-  /** For messages: the address (type redis), the seeds (redis_cluster), the Sentinels. */
-  std::string address() const { return host + ":" + std::to_string(port); }
+  /**
+   * For messages: the address (type redis), the seeds (redis_cluster: "h1:p1,h2:p2"), the
+   * master's name and the Sentinels (redis_sentinel: "mymaster via h1:p1,h2:p2").
+   */
+  std::string address() const;
   /** How to connect: address, username, the resolved password (when set), TLS options. */
   RedisEndpoint endpoint() const;
   /** The same credentials and TLS options for another node of this cluster (a shard's master

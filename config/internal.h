@@ -65,7 +65,11 @@ struct PipelineMarks {
 };
 
 struct ClusterInfo {
-  bool address_ok = false;  // false: address missing or invalid (already reported)
+  /** false: the address (address, addresses or sentinels) is missing or invalid, or the type is
+   *  unknown (already reported); the checks that compare addresses skip the cluster. */
+  bool address_ok = false;
+  Mark type;       // of the `type` value; line 0 when not written
+  Mark read_from;  // of the `read_from` key; line 0 when not written
 };
 
 /** The result of the structural pass, before cross-reference checks. */

@@ -40,6 +40,7 @@ namespace {
 // a sanity bound that still catches typos such as a port number written as a db.
 constexpr int64_t kMaxDb = 1023;
 constexpr uint16_t kDefaultRedisPort = 6379;
+constexpr uint16_t kDefaultSentinelPort = 26379;
 constexpr uint16_t kDefaultNtpPort = 123;
 
 /** One `key: value` pair of a mapping, with positions. */
@@ -810,7 +811,8 @@ void parseCollections(const Entry& section, BucketConfig& bucket, Diagnostics& d
   }
 }
 
-void parseBuckets(const Entry& section, const std::string& cluster_name,
+/** `only_db0`: a Redis Cluster, whose one database is db 0. */
+void parseBuckets(const Entry& section, const std::string& cluster_name, bool only_db0,
                   std::vector<BucketConfig>& buckets, Diagnostics& diags) {
   if (!expectList(section, diags)) {
     return;
@@ -828,6 +830,13 @@ void parseBuckets(const Entry& section, const std::string& cluster_name,
     int64_t db_value = -1;
     if (const Entry* e = reader.require("db", "db: 0", diags)) {
       std::optional<int64_t> db = readInt(e->value, e->value_mark, "db", 0, kMaxDb, diags);
+      if (db && only_db0 && *db != 0) {
+        diags.error(e->value_mark, "bucket for db " + std::to_string(*db) + " in cluster " +
+                                       quote(cluster_name) +
+                                       ": a Redis Cluster has only db 0; use db: 0 (and "
+                                       "collections to tell key sets apart)");
+        db.reset();
+      }
       if (db) {
         db_value = *db;
         auto [it, inserted] = seen_dbs.emplace(static_cast<int>(*db), e->value_mark);
@@ -855,6 +864,96 @@ void parseBuckets(const Entry& section, const std::string& cluster_name,
   }
 }
 
+/**
+ * A list of "host:port" nodes (`addresses`, `sentinels`): at least one, each valid, none twice.
+ * `what` names one item in messages ("seed node", "Sentinel"). Returns false when the list is
+ * unusable (reported).
+ */
+bool parseNodeList(const Entry& entry, std::string_view what, uint16_t default_port,
+                   std::string_view example, std::vector<NodeAddress>& out, Diagnostics& diags) {
+  if (!expectList(entry, diags)) {
+    return false;
+  }
+  if (entry.value.size() == 0) {
+    diags.error(entry.value_mark, entry.key + " is empty; list at least one " + std::string(what) +
+                                      ", e.g. " + std::string(example));
+    return false;
+  }
+  bool ok = true;
+  std::map<std::string, int> seen;  // "host:port" (host lower-cased) -> line
+  for (const auto& item : entry.value) {
+    Mark mark = markOf(item);
+    auto text = readString(item, mark, "a " + std::string(what), diags);
+    if (!text) {
+      ok = false;
+      continue;
+    }
+    std::string why;
+    auto hp = splitHostPort(*text, default_port, why);
+    if (!hp) {
+      diags.error(mark, "invalid address " + quote(*text) + " in " + entry.key + ": " + why +
+                            "; use host:port, e.g. " + std::string(example));
+      ok = false;
+      continue;
+    }
+    std::string lower = hp->host;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto [it, inserted] = seen.emplace(joinHostPort(lower, hp->port), mark.line);
+    if (!inserted) {
+      diags.error(mark, quote(*text) + " is listed twice in " + entry.key + " (first at line " +
+                            std::to_string(it->second) + "); remove one of them");
+      ok = false;
+      continue;
+    }
+    out.push_back({hp->host, hp->port});
+  }
+  return ok && !out.empty();
+}
+
+/** The keys of one cluster kind that another kind does not take, with what to use instead. */
+void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnostics& diags) {
+  struct Foreign {
+    const char* key;
+    const char* kind;  // the type that takes it
+  };
+  static constexpr Foreign kForeign[] = {
+      {"address", "redis"},
+      {"addresses", "redis_cluster"},
+      {"read_from", "redis_cluster"},
+      {"sentinels", "redis_sentinel"},
+      {"master_name", "redis_sentinel"},
+      {"sentinel_username", "redis_sentinel"},
+      {"sentinel_password", "redis_sentinel"},
+  };
+  for (const auto& f : kForeign) {
+    const Entry* e = reader.find(f.key);
+    if (e == nullptr || type == f.kind) {
+      continue;
+    }
+    std::string key = f.key;
+    std::string message =
+        key + " is not used by a cluster of type " + type + " (it is for type " + f.kind + "); ";
+    if (type == "redis") {
+      message += key == "addresses"
+                     ? "a single server takes address: host:port; for a Redis Cluster set "
+                       "type: redis_cluster"
+                 : key == "read_from"
+                     ? "remove it, or set type: redis_cluster"
+                     : "for a Sentinel-managed master set type: redis_sentinel (with sentinels "
+                       "and master_name)";
+    } else if (type == "redis_cluster") {
+      message += key == "address" ? "list the seed nodes as addresses: [host:port, ...]"
+                                  : "remove it (a Redis Cluster is reached through addresses:)";
+    } else {  // redis_sentinel
+      message += key == "address"     ? "list the Sentinels as sentinels: [host:port, ...]; the "
+                                        "master's address comes from them"
+                 : key == "addresses" ? "list the Sentinels as sentinels: [host:port, ...]"
+                                      : "remove it";
+    }
+    diags.error(e->key_mark, message);
+  }
+}
+
 void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cluster,
                   ClusterInfo& info, Diagnostics& diags) {
   cluster.name = entry.key;
@@ -867,29 +966,114 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
   if (!expectMap(entry.value, entry.value_mark, "cluster " + quote(entry.key), diags)) {
     return;
   }
-  MapReader reader(entry.value, "in cluster",
-                   {"type", "address", "username", "password", "tls", "buckets"}, diags);
+  MapReader reader(
+      entry.value, "in cluster",
+      {"type", "address", "addresses", "read_from", "sentinels", "master_name", "sentinel_username",
+       "sentinel_password", "link_timeout", "username", "password", "tls", "buckets"},
+      diags);
+  bool type_ok = true;
   if (const Entry* e = reader.get("type")) {
-    if (auto type = readString(*e, diags)) {
-      if (*type != "redis") {
-        diags.error(e->value_mark,
-                    "unsupported cluster type " + quote(*type) + ": only \"redis\" is supported");
-      } else {
-        cluster.type = *type;
+    info.type = e->value_mark;
+    type_ok = false;
+    if (auto kind = readEnum<ClusterKind>(*e,
+                                          {{"redis", ClusterKind::Redis},
+                                           {"redis_cluster", ClusterKind::RedisCluster},
+                                           {"redis_sentinel", ClusterKind::RedisSentinel}},
+                                          diags)) {
+      cluster.kind = *kind;
+      cluster.type = e->value.Scalar();
+      type_ok = true;
+    }
+  }
+  // Of an unknown type nothing more is required: its keys may be right for the type meant.
+  if (type_ok) {
+    refuseForeignKeys(reader, cluster.type, diags);
+  }
+  // A node list written for another kind was reported above with what to write instead; a
+  // second "missing key" message for the same mistake would only add noise.
+  const bool other_nodes = reader.find("address") != nullptr ||
+                           reader.find("addresses") != nullptr ||
+                           reader.find("sentinels") != nullptr;
+  if (type_ok && cluster.kind == ClusterKind::Redis &&
+      (reader.find("address") != nullptr || !other_nodes)) {
+    if (const Entry* e = reader.require("address", "address: host:port", diags)) {
+      if (auto text = readString(*e, diags)) {
+        std::string why;
+        if (auto hp = splitHostPort(*text, kDefaultRedisPort, why)) {
+          cluster.host = hp->host;
+          cluster.port = hp->port;
+          info.address_ok = true;
+        } else {
+          diags.error(e->value_mark, "invalid address " + quote(*text) + ": " + why +
+                                         "; use host:port, e.g. 127.0.0.1:6379");
+        }
       }
     }
   }
-  if (const Entry* e = reader.require("address", "address: host:port", diags)) {
-    if (auto text = readString(*e, diags)) {
-      std::string why;
-      if (auto hp = splitHostPort(*text, kDefaultRedisPort, why)) {
-        cluster.host = hp->host;
-        cluster.port = hp->port;
+  if (type_ok && cluster.kind == ClusterKind::RedisCluster &&
+      (reader.find("addresses") != nullptr || !other_nodes)) {
+    if (const Entry* e = reader.require(
+            "addresses", "addresses: [host:port, ...] (any nodes of the cluster)", diags)) {
+      if (parseNodeList(*e, "seed node", kDefaultRedisPort, "127.0.0.1:7000", cluster.seeds,
+                        diags)) {
+        cluster.host = cluster.seeds.front().host;
+        cluster.port = cluster.seeds.front().port;
         info.address_ok = true;
-      } else {
-        diags.error(e->value_mark, "invalid address " + quote(*text) + ": " + why +
-                                       "; use host:port, e.g. 127.0.0.1:6379");
       }
+    }
+  }
+  if (type_ok && cluster.kind == ClusterKind::RedisCluster) {
+    if (const Entry* e = reader.get("read_from")) {
+      info.read_from = e->key_mark;
+      if (auto from = readEnum<ReadFrom>(
+              *e, {{"master", ReadFrom::Master}, {"replica", ReadFrom::Replica}}, diags)) {
+        cluster.read_from = *from;
+      }
+    }
+  }
+  if (type_ok && cluster.kind == ClusterKind::RedisSentinel) {
+    bool sentinels_ok = false;
+    const Entry* e_sentinels =
+        reader.find("sentinels") != nullptr || !other_nodes
+            ? reader.require("sentinels", "sentinels: [host:port, ...]", diags)
+            : nullptr;
+    if (const Entry* e = e_sentinels) {
+      sentinels_ok = parseNodeList(*e, "Sentinel", kDefaultSentinelPort, "127.0.0.1:26379",
+                                   cluster.sentinels, diags);
+    }
+    bool name_ok = false;
+    if (const Entry* e = reader.require(
+            "master_name", "master_name: NAME (the name the Sentinels monitor it by)", diags)) {
+      if (auto name =
+              readNonEmpty(*e, "give the name the Sentinels monitor the master by", diags)) {
+        cluster.master_name = *name;
+        name_ok = true;
+      }
+    }
+    if (sentinels_ok) {
+      cluster.host = cluster.sentinels.front().host;
+      cluster.port = cluster.sentinels.front().port;
+      info.address_ok = name_ok;
+    }
+    if (const Entry* e = reader.get("sentinel_username")) {
+      if (auto text = readString(*e, diags)) {
+        cluster.sentinel_username = *text;
+      }
+    }
+    if (const Entry* e = reader.get("sentinel_password")) {
+      cluster.sentinel_password = readSecret(*e, ctx, diags);
+    }
+    if (!cluster.sentinel_username.empty() && !cluster.sentinel_password.present()) {
+      if (const Entry* e = reader.find("sentinel_username")) {
+        diags.warning(e->value_mark,
+                      "sentinel_username has no effect without sentinel_password (AUTH needs "
+                      "both); add sentinel_password or remove sentinel_username");
+      }
+    }
+  }
+  if (const Entry* e = reader.get("link_timeout")) {
+    if (auto d = readDuration(*e, DurationRule::Positive, diags)) {
+      cluster.link_timeout = *d;
     }
   }
   if (const Entry* e = reader.get("username")) {
@@ -911,7 +1095,8 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
     }
   }
   if (const Entry* e = reader.get("buckets")) {
-    parseBuckets(*e, cluster.name, cluster.buckets, diags);
+    parseBuckets(*e, cluster.name, type_ok && cluster.kind == ClusterKind::RedisCluster,
+                 cluster.buckets, diags);
   }
 }
 

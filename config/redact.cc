@@ -49,7 +49,33 @@ const char* toString(SkewAction action) {
 Json clusterJson(const ClusterConfig& cluster) {
   Json json;
   json["type"] = cluster.type;
-  json["address"] = internal::joinHostPort(cluster.host, cluster.port);
+  auto nodes = [](const std::vector<NodeAddress>& list) {
+    Json out = Json::array();
+    for (const auto& n : list) {
+      out.push_back(internal::joinHostPort(n.host, n.port));
+    }
+    return out;
+  };
+  switch (cluster.kind) {
+    case ClusterKind::Redis:
+      json["address"] = internal::joinHostPort(cluster.host, cluster.port);
+      break;
+    case ClusterKind::RedisCluster:
+      json["addresses"] = nodes(cluster.seeds);
+      json["read_from"] = cluster.read_from == ReadFrom::Replica ? "replica" : "master";
+      break;
+    case ClusterKind::RedisSentinel:
+      json["sentinels"] = nodes(cluster.sentinels);
+      json["master_name"] = cluster.master_name;
+      if (!cluster.sentinel_username.empty()) {
+        json["sentinel_username"] = cluster.sentinel_username;
+      }
+      if (cluster.sentinel_password.present()) {
+        json["sentinel_password"] = cluster.sentinel_password.describe();
+      }
+      break;
+  }
+  json["link_timeout"] = formatDuration(cluster.link_timeout);
   if (!cluster.username.empty()) {
     json["username"] = cluster.username;
   }
@@ -155,6 +181,7 @@ std::string pipelineFingerprint(const Config& config, const PipelineConfig& pipe
     if (const ClusterConfig* c = config.cluster(*name)) {
       Json cj = clusterJson(*c);
       cj["password_hash"] = std::hash<std::string>{}(c->password.value);
+      cj["sentinel_password_hash"] = std::hash<std::string>{}(c->sentinel_password.value);
       json["clusters"].push_back(cj);
     }
   }

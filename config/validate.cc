@@ -18,14 +18,98 @@
 namespace xdcr::config::internal {
 namespace {
 
-bool sameHost(const std::string& a, const std::string& b) {
+std::string lowerHostPort(const std::string& host, uint16_t port) {
+  std::string lower = host;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   // Host names are case-insensitive. No DNS here (validate must not touch the network), so
   // "localhost" and "127.0.0.1" count as different: this catches the obvious copy-paste mistake,
-  // not every alias.
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
+  // not every alias (preflight.cc compares run_ids at `run`).
+  return joinHostPort(lower, port);
+}
+
+/**
+ * What identifies the servers a cluster names, without the network: its address (type redis),
+ * each seed node (a Redis Cluster: two configs that share a node are one cluster), each
+ * Sentinel with the master's name (two configs that share a Sentinel and a master name are one
+ * master). A standalone address and a seed are comparable (both name a node); a Sentinel is not
+ * a data node, so a Sentinel-managed master equals only another config of the same master.
+ */
+std::vector<std::string> identityKeys(const ClusterConfig& cluster) {
+  std::vector<std::string> keys;
+  switch (cluster.kind) {
+    case ClusterKind::Redis:
+      keys.push_back(lowerHostPort(cluster.host, cluster.port));
+      break;
+    case ClusterKind::RedisCluster:
+      for (const auto& seed : cluster.seeds) keys.push_back(lowerHostPort(seed.host, seed.port));
+      break;
+    case ClusterKind::RedisSentinel:
+      for (const auto& s : cluster.sentinels) {
+        keys.push_back("sentinel " + lowerHostPort(s.host, s.port) + " master " +
+                       cluster.master_name);
+      }
+      break;
+  }
+  return keys;
+}
+
+/** The servers of each cluster whose address parsed: clusters that share one are one node. */
+class ServerGroups {
+ public:
+  explicit ServerGroups(const ParsedConfig& parsed) {
+    std::map<std::string, std::string> owner;  // identity key -> the first cluster with it
+    for (const auto& [name, cluster] : parsed.config.clusters) {
+      auto info = parsed.cluster_info.find(name);
+      if (info == parsed.cluster_info.end() || !info->second.address_ok) {
+        continue;
+      }
+      parent_.emplace(name, name);
+      for (const std::string& key : identityKeys(cluster)) {
+        auto [it, inserted] = owner.emplace(key, name);
+        if (!inserted) unite(it->second, name);
+      }
+    }
+  }
+  /** Whether `name` has a usable address (otherwise it was reported and is skipped). */
+  bool known(const std::string& name) const { return parent_.contains(name); }
+  /** One name per group: equal for clusters that name the same servers. */
+  std::string node(const std::string& name) const {
+    std::string at = name;
+    while (parent_.at(at) != at) at = parent_.at(at);
+    return at;
+  }
+
+ private:
+  void unite(const std::string& a, const std::string& b) {
+    std::string ra = node(a), rb = node(b);
+    if (ra != rb) parent_[std::max(ra, rb)] = std::min(ra, rb);
+  }
+  std::map<std::string, std::string> parent_;
+};
+
+/** Where a cluster is, for messages: its address, seeds, or master name and Sentinels. */
+std::string placeOf(const ClusterConfig& cluster) {
+  return cluster.kind == ClusterKind::Redis ? joinHostPort(cluster.host, cluster.port)
+                                            : cluster.address();
+}
+
+/** Why two clusters of one group are one: "have the same address H:P", "share the node H:P". */
+std::string sharedBy(const ClusterConfig& a, const ClusterConfig& b) {
+  if (a.kind == ClusterKind::Redis && b.kind == ClusterKind::Redis) {
+    return "have the same address " + joinHostPort(a.host, a.port);
+  }
+  const std::vector<std::string> keys_b = identityKeys(b);
+  for (const std::string& key : identityKeys(a)) {
+    if (std::find(keys_b.begin(), keys_b.end(), key) == keys_b.end()) continue;
+    if (key.rfind("sentinel ", 0) == 0) {
+      const size_t master = key.find(" master ");
+      return "share the Sentinel " + key.substr(9, master - 9) + " and the master name " +
+             quote(a.master_name);
+    }
+    return "share the node " + key;
+  }
+  return "name the same servers";  // through a third cluster
 }
 
 void checkClusterReference(const ParsedConfig& parsed, const std::string& role,
@@ -49,30 +133,31 @@ void checkClusterReference(const ParsedConfig& parsed, const std::string& role,
   diags.error(mark, message);
 }
 
-void checkSelfReplication(const ParsedConfig& parsed, const PipelineConfig& pipeline,
-                          const PipelineMarks& marks, Diagnostics& diags) {
+void checkSelfReplication(const ParsedConfig& parsed, const ServerGroups& groups,
+                          const PipelineConfig& pipeline, const PipelineMarks& marks,
+                          Diagnostics& diags) {
   const ClusterConfig* source = parsed.config.cluster(pipeline.source);
   const ClusterConfig* target = parsed.config.cluster(pipeline.target);
   if (source == nullptr || target == nullptr) {
     return;
   }
-  auto source_info = parsed.cluster_info.find(pipeline.source);
-  auto target_info = parsed.cluster_info.find(pipeline.target);
-  if (source_info == parsed.cluster_info.end() || !source_info->second.address_ok ||
-      target_info == parsed.cluster_info.end() || !target_info->second.address_ok) {
+  if (!groups.known(source->name) || !groups.known(target->name)) {
     return;  // a bad address was already reported
   }
-  if (!sameHost(source->host, target->host) || source->port != target->port) {
+  if (groups.node(source->name) != groups.node(target->name)) {
     return;
   }
-  std::string address = joinHostPort(source->host, source->port);
+  std::string address = placeOf(*source);
+  std::string why = source->kind == ClusterKind::Redis && target->kind == ClusterKind::Redis
+                        ? "have the same address"
+                        : sharedBy(*source, *target);
   std::string who = pipeline.name.empty() ? "this pipeline" : "pipeline " + quote(pipeline.name);
   if (pipeline.dbs.empty()) {
-    diags.error(marks.target,
-                who + " replicates " + address + " onto itself: source " + quote(source->name) +
-                    " and target " + quote(target->name) +
-                    " have the same address and without a dbs map every db maps to itself; use "
-                    "another target or add a dbs map to different databases");
+    diags.error(marks.target, who + " replicates " + address + " onto itself: source " +
+                                  quote(source->name) + " and target " + quote(target->name) + " " +
+                                  why +
+                                  " and without a dbs map every db maps to itself; use "
+                                  "another target or add a dbs map to different databases");
     return;
   }
   for (const auto& [from, to] : pipeline.dbs) {
@@ -81,10 +166,73 @@ void checkSelfReplication(const ParsedConfig& parsed, const PipelineConfig& pipe
     }
     auto it = marks.dbs.find(from);
     Mark mark = it != marks.dbs.end() ? it->second : marks.target;
-    diags.error(mark, fmt::format("{} replicates db {} of {} onto itself (source {} and target {} "
-                                  "have the same address); map it to a different db or use "
-                                  "another target",
-                                  who, from, address, quote(source->name), quote(target->name)));
+    diags.error(mark,
+                fmt::format("{} replicates db {} of {} onto itself (source {} and target {} "
+                            "{}); map it to a different db or use another target",
+                            who, from, address, quote(source->name), quote(target->name), why));
+  }
+}
+
+/**
+ * A Redis Cluster has one database, db 0 (cluster-notes.md §4.1: SELECT n != 0 is refused): a
+ * dbs map into another db of a cluster target cannot be applied; a dbs entry for another db of a
+ * cluster source never matches.
+ */
+void checkClusterDbs(const ParsedConfig& parsed, const PipelineConfig& pipeline,
+                     const PipelineMarks& marks, Diagnostics& diags) {
+  const ClusterConfig* source = parsed.config.cluster(pipeline.source);
+  const ClusterConfig* target = parsed.config.cluster(pipeline.target);
+  std::string who = pipeline.name.empty() ? "this pipeline" : "pipeline " + quote(pipeline.name);
+  auto markOfDb = [&](int from) {
+    auto it = marks.dbs.find(from);
+    return it != marks.dbs.end() ? it->second : marks.target;
+  };
+  if (target != nullptr && target->isRedisCluster()) {
+    for (const auto& [from, to] : pipeline.dbs) {
+      if (to == 0) continue;
+      diags.error(markOfDb(from),
+                  fmt::format("{} maps source db {} to db {} of target {}, but a Redis Cluster "
+                              "has only db 0; map every source db to 0 and use key_rewrite to "
+                              "keep them apart",
+                              who, from, to, quote(target->name)));
+    }
+    if (pipeline.dbs.empty() && source != nullptr && !source->isRedisCluster()) {
+      diags.warning(marks.target,
+                    fmt::format("{} has no dbs map, so every source db goes to the db of the same "
+                                "number, but target {} is a Redis Cluster, which has only db 0: "
+                                "writes in source dbs other than 0 cannot be applied; write dbs: "
+                                "{{0: 0}} (map other dbs to 0 too, with key_rewrite to keep them "
+                                "apart)",
+                                who, quote(target->name)));
+    }
+  }
+  if (source != nullptr && source->isRedisCluster()) {
+    for (const auto& [from, to] : pipeline.dbs) {
+      if (from == 0) continue;
+      diags.warning(markOfDb(from),
+                    fmt::format("source {} of {} is a Redis Cluster, which has only db 0: the dbs "
+                                "entry for db {} never matches anything; remove it",
+                                quote(source->name), who, from));
+    }
+  }
+}
+
+/** read_from chooses the nodes a cluster is read from: meaningless for a cluster only written. */
+void checkReadFrom(const ParsedConfig& parsed, Diagnostics& diags) {
+  for (const auto& [name, info] : parsed.cluster_info) {
+    if (info.read_from.line == 0) continue;
+    const PipelineConfig* written_by = nullptr;
+    bool read = false;
+    for (const auto& pipeline : parsed.config.pipelines) {
+      read = read || pipeline.source == name;
+      if (pipeline.target == name && written_by == nullptr) written_by = &pipeline;
+    }
+    if (read || written_by == nullptr) continue;
+    diags.error(info.read_from,
+                "read_from chooses the nodes a Redis Cluster is replicated from, so it applies "
+                "only to a source, but cluster " +
+                    quote(name) + " is only a target (of pipeline " + quote(written_by->name) +
+                    "); remove read_from");
   }
 }
 
@@ -93,7 +241,7 @@ void checkSelfReplication(const ParsedConfig& parsed, const PipelineConfig& pipe
  * source and target are one server, one entry of its dbs map (db -> another db of that server).
  */
 struct Edge {
-  std::string from, to;  // nodes: "host:port" (host lower-cased), plus " db N" inside one server
+  std::string from, to;  // nodes: ServerGroups::node(), plus " db N" inside one server
   size_t pipeline = 0;   // index in config.pipelines
   int from_db = -1;      // >= 0: an edge inside one server
   int to_db = -1;
@@ -102,13 +250,6 @@ struct Edge {
 
 bool before(Mark a, Mark b) {
   return std::pair(a.line, a.column) < std::pair(b.line, b.column);
-}
-
-std::string serverNode(const ClusterConfig& cluster) {
-  std::string host = cluster.host;
-  std::transform(host.begin(), host.end(), host.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return joinHostPort(host, cluster.port);  // sameHost's notion of "the same address"
 }
 
 /** The edges of `from_edge`'s shortest way back: edges[from_edge].to ... edges[from_edge].from. */
@@ -158,9 +299,8 @@ std::string describeCycle(const Config& config, const std::vector<Edge>& edges,
     const Edge& next = edges[cycle[(i + 1) % cycle.size()]];
     const std::string& next_source = config.pipelines[next.pipeline].source;
     if (next_source != pipeline.target) {
-      const ClusterConfig& target = *config.cluster(pipeline.target);
-      aliases.push_back("clusters " + quote(pipeline.target) + " and " + quote(next_source) +
-                        " have the same address " + joinHostPort(target.host, target.port));
+      aliases.push_back("clusters " + quote(pipeline.target) + " and " + quote(next_source) + " " +
+                        sharedBy(*config.cluster(pipeline.target), *config.cluster(next_source)));
     }
   }
   std::string list;
@@ -170,8 +310,7 @@ std::string describeCycle(const Config& config, const std::vector<Edge>& edges,
   if (edges[cycle.front()].from_db >= 0) {
     const ClusterConfig& cluster =
         *config.cluster(config.pipelines[edges[cycle.front()].pipeline].source);
-    return "the dbs maps of " + list + " replicate within " +
-           joinHostPort(cluster.host, cluster.port) +
+    return "the dbs maps of " + list + " replicate within " + placeOf(cluster) +
            " in a cycle: every write would come back to the db it came from and be replicated "
            "again, without end; change the dbs maps so that no db is copied back into one it "
            "came from";
@@ -190,7 +329,7 @@ std::string describeCycle(const Config& config, const std::vector<Edge>& edges,
  * by another name, e.g. localhost, are caught at `run` by comparing run_ids). Within one server
  * (a dbs map to other dbs, which checkSelfReplication allows) the nodes are its dbs.
  */
-void checkCycles(const ParsedConfig& parsed, Diagnostics& diags) {
+void checkCycles(const ParsedConfig& parsed, const ServerGroups& groups, Diagnostics& diags) {
   const Config& config = parsed.config;
   std::vector<Edge> edges;
   std::set<std::string> names;
@@ -201,16 +340,14 @@ void checkCycles(const ParsedConfig& parsed, Diagnostics& diags) {
     // Unnamed, duplicate, dangling or badly addressed pipelines were reported already; a cycle
     // through them is reported once they are fixed (and can be named).
     auto address_ok = [&](const ClusterConfig* cluster) {
-      auto it =
-          cluster == nullptr ? parsed.cluster_info.end() : parsed.cluster_info.find(cluster->name);
-      return it != parsed.cluster_info.end() && it->second.address_ok;
+      return cluster != nullptr && groups.known(cluster->name);
     };
     if (pipeline.name.empty() || !names.insert(pipeline.name).second || !address_ok(source) ||
         !address_ok(target)) {
       continue;
     }
     const PipelineMarks& marks = parsed.pipeline_marks[i];
-    const std::string from = serverNode(*source), to = serverNode(*target);
+    const std::string from = groups.node(source->name), to = groups.node(target->name);
     if (from != to) {
       edges.push_back({from, to, i, -1, -1, marks.source});
       continue;
@@ -268,6 +405,7 @@ void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
     }
   }
 
+  const ServerGroups groups(parsed);
   std::map<std::string, Mark> names;
   for (size_t i = 0; i < config.pipelines.size(); ++i) {
     const PipelineConfig& pipeline = config.pipelines[i];
@@ -282,9 +420,11 @@ void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
     }
     checkClusterReference(parsed, "source", pipeline.source, marks.source, diags);
     checkClusterReference(parsed, "target", pipeline.target, marks.target, diags);
-    checkSelfReplication(parsed, pipeline, marks, diags);
+    checkSelfReplication(parsed, groups, pipeline, marks, diags);
+    checkClusterDbs(parsed, pipeline, marks, diags);
   }
-  checkCycles(parsed, diags);
+  checkReadFrom(parsed, diags);
+  checkCycles(parsed, groups, diags);
 }
 
 }  // namespace xdcr::config::internal

@@ -754,8 +754,8 @@ pipelines:
 pipelines:
   - {name: p, source: a, target: b}
 )",
-                    "t.yaml:3:11: error: unsupported cluster type \"memcached\": only \"redis\" is "
-                    "supported"},
+                    "t.yaml:3:11: error: invalid type \"memcached\": use one of redis, "
+                    "redis_cluster, redis_sentinel"},
         InvalidCase{"NoPipelines", R"(clusters:
   a:
     address: 127.0.0.1:7001
@@ -858,7 +858,340 @@ pipelines:
                     "(db 1 -> db 0) replicate within 127.0.0.1:7001 in a cycle: every write "
                     "would come back to the db it came from and be replicated again, without "
                     "end; change the dbs maps so that no db is copied back into one it came "
-                    "from"}),
+                    "from"},
+        // ---- Cluster kinds (interface.md §6.1) ----
+        InvalidCase{"TypoInClusterType", R"(clusters:
+  a:
+    type: redis_sentinal
+    sentinels: ["127.0.0.1:26379"]
+    master_name: m
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:11: error: invalid type \"redis_sentinal\": use one of redis, "
+                    "redis_cluster, redis_sentinel (did you mean \"redis_sentinel\"?)"},
+        InvalidCase{"AddressOnARedisCluster", R"(clusters:
+  a:
+    type: redis_cluster
+    address: 127.0.0.1:7000
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:5: error: address is not used by a cluster of type redis_cluster "
+                    "(it is for type redis); list the seed nodes as addresses: [host:port, ...]"},
+        InvalidCase{"AddressOnASentinelCluster", R"(clusters:
+  a:
+    type: redis_sentinel
+    address: 127.0.0.1:6379
+    master_name: mymaster
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:5: error: address is not used by a cluster of type redis_sentinel "
+                    "(it is for type redis); list the Sentinels as sentinels: [host:port, ...]; "
+                    "the master's address comes from them"},
+        InvalidCase{"AddressesOnARedisServer", R"(clusters:
+  a:
+    addresses: [127.0.0.1:7000, 127.0.0.1:7001]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:5: error: addresses is not used by a cluster of type redis (it is "
+                    "for type redis_cluster); a single server takes address: host:port; for a "
+                    "Redis Cluster set type: redis_cluster"},
+        InvalidCase{"SentinelsOnARedisCluster", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    sentinels: [127.0.0.1:26379]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:5: error: sentinels is not used by a cluster of type redis_cluster "
+                    "(it is for type redis_sentinel); remove it (a Redis Cluster is reached "
+                    "through addresses:)"},
+        InvalidCase{"MasterNameOnARedisServer", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    master_name: mymaster
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:5: error: master_name is not used by a cluster of type redis (it "
+                    "is for type redis_sentinel); for a Sentinel-managed master set type: "
+                    "redis_sentinel (with sentinels and master_name)"},
+        InvalidCase{"ReadFromOnASentinelCluster", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+    master_name: mymaster
+    read_from: replica
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:6:5: error: read_from is not used by a cluster of type "
+                    "redis_sentinel (it is for type redis_cluster); remove it"},
+        InvalidCase{"RedisClusterWithoutAddresses", R"(clusters:
+  a:
+    type: redis_cluster
+    username: u
+    password: p
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:5: error: missing required key \"addresses\" in cluster; add "
+                    "addresses: [host:port, ...] (any nodes of the cluster)"},
+        InvalidCase{"EmptyAddresses", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: []
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:16: error: addresses is empty; list at least one seed node, e.g. "
+                    "127.0.0.1:7000"},
+        InvalidCase{"AddressesNotAList", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: 127.0.0.1:7000
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:16: error: addresses must be a list, not the value "
+                    "\"127.0.0.1:7000\"; write one \"- item\" per line or [item, ...]"},
+        InvalidCase{"BadSeed", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: ["127.0.0.1:7000", "127.0.0.1:99999"]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:35: error: invalid address \"127.0.0.1:99999\" in addresses: port "
+                    "99999 is out of range 1..65535; use host:port, e.g. 127.0.0.1:7000"},
+        InvalidCase{"SeedListedTwice", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses:
+      - 127.0.0.1:7000
+      - LOCALHOST:7001
+      - localhost:7001
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:7:9: error: \"localhost:7001\" is listed twice in addresses (first "
+                    "at line 6); remove one of them"},
+        InvalidCase{"BadReadFrom", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    read_from: primary
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:16: error: invalid read_from \"primary\": use one of master, "
+                    "replica"},
+        InvalidCase{"ReadFromOnAClusterThatIsOnlyATarget", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    read_from: replica
+pipelines:
+  - {name: p, source: a, target: b, dbs: {0: 0}}
+)",
+                    "t.yaml:6:5: error: read_from chooses the nodes a Redis Cluster is "
+                    "replicated from, so it applies only to a source, but cluster \"b\" is only a "
+                    "target (of pipeline \"p\"); remove read_from"},
+        InvalidCase{"SentinelWithoutMasterName", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:5: error: missing required key \"master_name\" in cluster; add "
+                    "master_name: NAME (the name the Sentinels monitor it by)"},
+        InvalidCase{"EmptyMasterName", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+    master_name: ""
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:18: error: \"master_name\" is empty; give the name the Sentinels "
+                    "monitor the master by"},
+        InvalidCase{"SentinelWithoutSentinels", R"(clusters:
+  a:
+    type: redis_sentinel
+    master_name: mymaster
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:5: error: missing required key \"sentinels\" in cluster; add "
+                    "sentinels: [host:port, ...]"},
+        InvalidCase{"EmptySentinels", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: []
+    master_name: mymaster
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:16: error: sentinels is empty; list at least one Sentinel, e.g. "
+                    "127.0.0.1:26379"},
+        InvalidCase{"BadSentinelAddress", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: ["redis://127.0.0.1:26379"]
+    master_name: mymaster
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:17: error: invalid address \"redis://127.0.0.1:26379\" in "
+                    "sentinels: remove the scheme (such as \"redis://\"); use host:port, e.g. "
+                    "127.0.0.1:26379"},
+        InvalidCase{"SentinelPasswordFromAMissingVariable", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+    master_name: mymaster
+    sentinel_password: {env: XDCR_TEST_MISSING_PASSWORD}
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:6:30: error: environment variable \"XDCR_TEST_MISSING_PASSWORD\" is "
+                    "not set; export it before starting the agent (or check the file with "
+                    "validate --no-environment)"},
+        InvalidCase{"EmptySentinelPassword", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+    master_name: mymaster
+    sentinel_password: ""
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:6:24: error: sentinel_password is empty; remove the key for no "
+                    "sentinel_password, or use {env: NAME} or {file: PATH}"},
+        InvalidCase{"ZeroLinkTimeout", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    link_timeout: 0s
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:4:19: error: link_timeout must be greater than 0 (got \"0s\"); use a "
+                    "positive duration such as 1s"},
+        InvalidCase{"NegativeLinkTimeout", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+    master_name: mymaster
+    link_timeout: -5s
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:7:19: error: link_timeout must not be negative (got \"-5s\"); use a "
+                    "positive duration such as 30s"},
+        InvalidCase{"DbsMapIntoAnotherDbOfAClusterTarget", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+pipelines:
+  - name: p
+    source: a
+    target: b
+    dbs: {0: 0, 3: 3}
+)",
+                    "t.yaml:10:17: error: pipeline \"p\" maps source db 3 to db 3 of target "
+                    "\"b\", but a Redis Cluster has only db 0; map every source db to 0 and use "
+                    "key_rewrite to keep them apart"},
+        InvalidCase{"BucketForAnotherDbOfARedisCluster", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    buckets:
+      - {db: 0, max_ttl: 10m}
+      - {db: 2, max_ttl: 1h}
+pipelines:
+  - {name: p, source: a, target: b, dbs: {0: 0}}
+)",
+                    "t.yaml:8:14: error: bucket for db 2 in cluster \"b\": a Redis Cluster has "
+                    "only db 0; use db: 0 (and collections to tell key sets apart)"},
+        // Two configs of one Redis Cluster (a shared seed node) are one cluster.
+        InvalidCase{"RedisClusterOntoItselfThroughASharedSeed", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000, 127.0.0.1:7001]
+  b:
+    type: redis_cluster
+    addresses: [127.0.0.1:7005, 127.0.0.1:7001]
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:9:34: error: pipeline \"p\" replicates 127.0.0.1:7000,127.0.0.1:7001 "
+                    "onto itself: source \"a\" and target \"b\" share the node 127.0.0.1:7001 and "
+                    "without a dbs map every db maps to itself; use another target or add a dbs "
+                    "map to different databases"},
+        // One Sentinel and one master name: one master, whatever the other Sentinels listed.
+        InvalidCase{"SentinelMasterOntoItself", R"(clusters:
+  a:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379, 127.0.0.1:26380]
+    master_name: mymaster
+  b:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26381, 127.0.0.1:26380]
+    master_name: mymaster
+pipelines:
+  - {name: p, source: a, target: b, dbs: {0: 1, 2: 2}}
+)",
+                    "t.yaml:11:49: error: pipeline \"p\" replicates db 2 of mymaster via "
+                    "127.0.0.1:26379,127.0.0.1:26380 onto itself (source \"a\" and target \"b\" "
+                    "share the Sentinel 127.0.0.1:26380 and the master name \"mymaster\"); map it "
+                    "to a different db or use another target"},
+        // A standalone address that is a seed of a Redis Cluster names that node: a cycle.
+        InvalidCase{"CycleThroughARedisClusterSeed", R"(clusters:
+  east:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000, 127.0.0.1:7001]
+  west: {address: "127.0.0.1:7002"}
+  east-node: {address: "127.0.0.1:7001"}
+pipelines:
+  - {name: east-to-west, source: east, target: west}
+  - {name: west-to-east, source: west, target: east-node}
+)",
+                    "t.yaml:9:34: error: pipelines \"east-to-west\" (east -> west) and "
+                    "\"west-to-east\" (west -> east-node) form a replication cycle (clusters "
+                    "\"east-node\" and \"east\" share the node 127.0.0.1:7001): every write would "
+                    "come back to the cluster it came from and be replicated again, without end; "
+                    "replication in both directions is not supported yet: remove one of these "
+                    "pipelines"}),
     [](const testing::TestParamInfo<InvalidCase>& info) { return info.param.name; });
 
 // Pipelines that share clusters without a way back are not cycles.
@@ -887,6 +1220,209 @@ TEST(config, PipelinesWithoutACycleAreAccepted) {
   LoadResult chain = loadConfigString(clusters + R"(pipelines:
   - {name: first, source: a, target: a, dbs: {0: 1}}
   - {name: second, source: a, target: a, dbs: {1: 2}}
+)",
+                                      kFile);
+  EXPECT_TRUE(chain.ok()) << testing::PrintToString(errorsOf(chain));
+}
+
+// ---- Cluster kinds (interface.md §6.1) ---------------------------------------------------
+
+constexpr char kClusterKinds[] = R"(clusters:
+  east:
+    type: redis_cluster
+    addresses: [10.0.0.1:7000, "10.0.0.2", "[::1]:7002"]
+    read_from: replica
+    username: replicator
+    password: {env: XDCR_TEST_EAST_PASSWORD}
+    tls: {verify: false}
+    link_timeout: 30s
+  north:
+    type: redis_sentinel
+    sentinels: [10.0.1.1:26379, 10.0.1.2]
+    master_name: mymaster
+    sentinel_username: watcher
+    sentinel_password: {env: XDCR_TEST_SENTINEL_PASSWORD}
+    password: data-password-value
+    buckets:
+      - {db: 3, max_ttl: 10m}
+  south:
+    type: redis_cluster
+    addresses: [10.0.2.1:7000]
+    buckets:
+      - {db: 0, max_ttl: 1h}
+  plain:
+    address: 10.0.3.1:6379
+pipelines:
+  - {name: east-to-north, source: east, target: north}
+  - {name: north-to-south, source: north, target: south, dbs: {0: 0, 3: 0},
+     key_rewrite: [{from: "a:", to: "db3:a:"}]}
+  - {name: plain-to-south, source: plain, target: south, dbs: {0: 0}}
+)";
+
+TEST(config, ClusterKindsLoadEveryField) {
+  ScopedEnv east("XDCR_TEST_EAST_PASSWORD", "east-password-value");
+  ScopedEnv sentinel("XDCR_TEST_SENTINEL_PASSWORD", "sentinel-password-value");
+  LoadResult result = loadConfigString(kClusterKinds, kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  // tls.verify: false is legal; nothing else here deserves a warning.
+  EXPECT_TRUE(result.diagnostics.empty()) << testing::PrintToString(warningsOf(result));
+  const Config& c = *result.config;
+
+  const ClusterConfig& e = *c.cluster("east");
+  EXPECT_EQ(e.type, "redis_cluster");
+  EXPECT_EQ(e.kind, ClusterKind::RedisCluster);
+  EXPECT_TRUE(e.isRedisCluster());
+  EXPECT_FALSE(e.isSentinel());
+  EXPECT_EQ(e.seeds,
+            (std::vector<NodeAddress>{{"10.0.0.1", 7000}, {"10.0.0.2", 6379}, {"::1", 7002}}));
+  EXPECT_EQ(e.host, "10.0.0.1");  // the first seed
+  EXPECT_EQ(e.port, 7000);
+  EXPECT_EQ(e.address(), "10.0.0.1:7000,10.0.0.2:6379,[::1]:7002");
+  EXPECT_EQ(e.read_from, ReadFrom::Replica);
+  EXPECT_EQ(e.username, "replicator");
+  EXPECT_EQ(e.password.value, "east-password-value");
+  EXPECT_EQ(e.link_timeout, milliseconds(30'000));
+  EXPECT_TRUE(e.sentinels.empty());
+  // Every node of the cluster is reached with the cluster's credentials and TLS options.
+  RedisEndpoint node = e.endpointAt("10.0.0.9", 7009);
+  EXPECT_EQ(node.address(), "10.0.0.9:7009");
+  EXPECT_EQ(node.username, "replicator");
+  EXPECT_EQ(node.password, "east-password-value");
+  ASSERT_TRUE(node.tls.has_value());
+  EXPECT_FALSE(node.tls->verify);
+
+  const ClusterConfig& n = *c.cluster("north");
+  EXPECT_EQ(n.type, "redis_sentinel");
+  EXPECT_EQ(n.kind, ClusterKind::RedisSentinel);
+  EXPECT_TRUE(n.isSentinel());
+  EXPECT_EQ(n.sentinels,
+            (std::vector<NodeAddress>{{"10.0.1.1", 26379}, {"10.0.1.2", 26379}}));  // its port
+  EXPECT_EQ(n.master_name, "mymaster");
+  EXPECT_EQ(n.sentinel_username, "watcher");
+  EXPECT_EQ(n.sentinel_password.kind, Secret::Kind::Env);
+  EXPECT_EQ(n.sentinel_password.value, "sentinel-password-value");
+  EXPECT_EQ(n.address(), "mymaster via 10.0.1.1:26379,10.0.1.2:26379");
+  EXPECT_EQ(n.read_from, ReadFrom::Master);         // the default
+  EXPECT_EQ(n.link_timeout, milliseconds(60'000));  // the default
+  ASSERT_EQ(n.buckets.size(), 1u);                  // any db: not a Redis Cluster
+  EXPECT_EQ(n.buckets[0].db, 3);
+  // The Sentinels are asked with their own credentials; the data nodes with the cluster's.
+  RedisEndpoint s = n.sentinelEndpoint(n.sentinels[1]);
+  EXPECT_EQ(s.address(), "10.0.1.2:26379");
+  EXPECT_EQ(s.username, "watcher");
+  EXPECT_EQ(s.password, "sentinel-password-value");
+  RedisEndpoint master = n.endpointAt("10.0.1.7", 6380);
+  EXPECT_EQ(master.username, "");
+  EXPECT_EQ(master.password, "data-password-value");
+
+  EXPECT_EQ(c.cluster("south")->read_from, ReadFrom::Master);
+  const ClusterConfig& plain = *c.cluster("plain");
+  EXPECT_EQ(plain.kind, ClusterKind::Redis);
+  EXPECT_EQ(plain.address(), "10.0.3.1:6379");
+  EXPECT_EQ(plain.link_timeout, milliseconds(60'000));
+  EXPECT_TRUE(plain.seeds.empty());
+  EXPECT_EQ(c.pipeline("north-to-south")->dbs, (std::map<int, int>{{0, 0}, {3, 0}}));
+}
+
+TEST(config, ClusterKindsWarnings) {
+  LoadResult result = loadConfigString(R"(clusters:
+  east:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+  west:
+    address: 127.0.0.1:7002
+  north:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+    master_name: mymaster
+    sentinel_username: watcher
+pipelines:
+  - {name: from-cluster, source: east, target: west, dbs: {0: 0, 5: 5}}
+  - {name: into-cluster, source: north, target: east}
+  - {name: sentinel, source: north, target: west, dbs: {0: 1}}
+)",
+                                       kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  EXPECT_THAT(
+      warningsOf(result),
+      ElementsAre("t.yaml:11:24: warning: sentinel_username has no effect without "
+                  "sentinel_password (AUTH needs both); add sentinel_password or remove "
+                  "sentinel_username",
+                  "t.yaml:13:66: warning: source \"east\" of pipeline \"from-cluster\" is a Redis "
+                  "Cluster, which has only db 0: the dbs entry for db 5 never matches anything; "
+                  "remove it",
+                  "t.yaml:14:49: warning: pipeline \"into-cluster\" has no dbs map, so every "
+                  "source db goes to the db of the same number, but target \"east\" is a Redis "
+                  "Cluster, which has only db 0: writes in source dbs other than 0 cannot be "
+                  "applied; write dbs: {0: 0} (map other dbs to 0 too, with key_rewrite to keep "
+                  "them apart)"));
+}
+
+// Comparing clusters of different kinds must neither crash nor see sameness that is not there.
+TEST(config, ClusterKindsAreComparedOnlyWhereTheyNameTheSameNodes) {
+  LoadResult result = loadConfigString(R"(clusters:
+  one:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379, 127.0.0.1:26380]
+    master_name: cache
+  other:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379, 127.0.0.1:26380]
+    master_name: sessions
+  sentinel-port:
+    address: 127.0.0.1:26379
+  shards:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000, 127.0.0.1:7001]
+  more-shards:
+    type: redis_cluster
+    addresses: [127.0.0.1:7100]
+pipelines:
+  - {name: a, source: one, target: other}
+  - {name: b, source: other, target: sentinel-port}
+  - {name: c, source: sentinel-port, target: shards, dbs: {0: 0}}
+  - {name: d, source: shards, target: more-shards}
+)",
+                                       kFile);
+  EXPECT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  // The same chain closed through a second config of the first master: a cycle.
+  LoadResult cycle = loadConfigString(R"(clusters:
+  one:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379, 127.0.0.1:26380]
+    master_name: cache
+  other:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26379]
+    master_name: sessions
+  one-again:
+    type: redis_sentinel
+    sentinels: [127.0.0.1:26381, 127.0.0.1:26380]
+    master_name: cache
+pipelines:
+  - {name: a, source: one, target: other}
+  - {name: b, source: other, target: one-again}
+)",
+                                      kFile);
+  EXPECT_FALSE(cycle.ok());
+  EXPECT_THAT(errorsOf(cycle),
+              ElementsAre("t.yaml:16:23: error: pipelines \"a\" (one -> other) and \"b\" (other "
+                          "-> one-again) form a replication cycle (clusters \"one-again\" and "
+                          "\"one\" share the Sentinel 127.0.0.1:26380 and the master name "
+                          "\"cache\"): every write would come back to the cluster it came from "
+                          "and be replicated again, without end; replication in both directions "
+                          "is not supported yet: remove one of these pipelines"));
+  // read_from on a cluster that is a source somewhere is fine, even if it is a target too.
+  LoadResult chain = loadConfigString(R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    read_from: replica
+  c: {address: "127.0.0.1:7003"}
+pipelines:
+  - {name: ab, source: a, target: b, dbs: {0: 0}}
+  - {name: bc, source: b, target: c}
 )",
                                       kFile);
   EXPECT_TRUE(chain.ok()) << testing::PrintToString(errorsOf(chain));
@@ -1003,6 +1539,67 @@ pipelines:
   EXPECT_THAT(json, HasSubstr("\"password\": \"{env: XDCR_TEST_ENV_PASSWORD}\""));
   EXPECT_THAT(json, HasSubstr("\"checkpoint_interval\": \"1s\""));
   EXPECT_THAT(json, HasSubstr("\"max_skew\": \"500ms\""));
+}
+
+TEST(config, RedactedJsonOfClusterKinds) {
+  ScopedEnv east("XDCR_TEST_EAST_PASSWORD", "east-password-value");
+  ScopedEnv sentinel("XDCR_TEST_SENTINEL_PASSWORD", "sentinel-password-value");
+  LoadResult result = loadConfigString(kClusterKinds, kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  std::string json = redactedJson(*result.config);
+  EXPECT_THAT(json, Not(HasSubstr("password-value")));
+  EXPECT_THAT(json, HasSubstr("\"type\": \"redis_cluster\""));
+  EXPECT_THAT(json, HasSubstr("\"addresses\": [\n        \"10.0.0.1:7000\",\n        "
+                              "\"10.0.0.2:6379\",\n        \"[::1]:7002\"\n      ]"));
+  EXPECT_THAT(json, HasSubstr("\"read_from\": \"replica\""));
+  EXPECT_THAT(json, HasSubstr("\"sentinels\": [\n        \"10.0.1.1:26379\",\n        "
+                              "\"10.0.1.2:26379\"\n      ]"));
+  EXPECT_THAT(json, HasSubstr("\"master_name\": \"mymaster\""));
+  EXPECT_THAT(json, HasSubstr("\"sentinel_username\": \"watcher\""));
+  EXPECT_THAT(json, HasSubstr("\"sentinel_password\": \"{env: XDCR_TEST_SENTINEL_PASSWORD}\""));
+  EXPECT_THAT(json, HasSubstr("\"password\": \"<redacted>\""));
+  EXPECT_THAT(json, HasSubstr("\"link_timeout\": \"30s\""));
+  EXPECT_THAT(json, HasSubstr("\"link_timeout\": \"1m\""));
+  EXPECT_THAT(json, HasSubstr("\"address\": \"10.0.3.1:6379\""));
+}
+
+// SIGHUP restarts exactly the pipelines whose clusters changed, cluster-kind fields included.
+TEST(config, FingerprintFollowsClusterKindFields) {
+  ScopedEnv east("XDCR_TEST_EAST_PASSWORD", "east-password-value");
+  auto fingerprint = [](const std::string& yaml, const char* pipeline) {
+    LoadResult result = loadConfigString(yaml, kFile);
+    EXPECT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+    if (!result.ok()) return std::string();
+    return pipelineFingerprint(*result.config, *result.config->pipeline(pipeline));
+  };
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string yaml = kClusterKinds;
+    size_t at = yaml.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) yaml.replace(at, from.size(), to);
+    return yaml;
+  };
+  std::string base;
+  {
+    ScopedEnv sentinel("XDCR_TEST_SENTINEL_PASSWORD", "sentinel-password-value");
+    base = fingerprint(kClusterKinds, "east-to-north");
+    ASSERT_FALSE(base.empty());
+    EXPECT_EQ(fingerprint(kClusterKinds, "east-to-north"), base);
+    EXPECT_NE(fingerprint(with("master_name: mymaster", "master_name: other"), "east-to-north"),
+              base);
+    EXPECT_NE(fingerprint(with("10.0.1.2]", "10.0.1.3]"), "east-to-north"), base);
+    EXPECT_NE(fingerprint(with("read_from: replica", "read_from: master"), "east-to-north"), base);
+    EXPECT_NE(fingerprint(with("link_timeout: 30s", "link_timeout: 31s"), "east-to-north"), base);
+    EXPECT_NE(fingerprint(with("\"10.0.0.2\"", "\"10.0.0.3\""), "east-to-north"), base);
+    EXPECT_NE(
+        fingerprint(with("sentinel_username: watcher", "sentinel_username: w2"), "east-to-north"),
+        base);
+    // Not a cluster of this pipeline: no restart.
+    EXPECT_EQ(fingerprint(with("10.0.3.1:6379", "10.0.3.2:6379"), "east-to-north"), base);
+  }
+  // The same reference, another secret behind it.
+  ScopedEnv sentinel("XDCR_TEST_SENTINEL_PASSWORD", "rotated-sentinel-password");
+  EXPECT_NE(fingerprint(kClusterKinds, "east-to-north"), base);
 }
 
 TEST(config, SecretDescribe) {
