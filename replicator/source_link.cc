@@ -1,7 +1,10 @@
 #include "replicator/source_link.h"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/sentinel.h"
 #include "replicator/supervision.h"
 #include "source/redis_shard_source.h"
 #include "target/marker.h"
@@ -19,6 +23,9 @@ namespace xdcr::replicator {
 namespace {
 
 using namespace net::experimental::awaitable_operators;
+
+// Each step of the Sentinels' discovery (connect, ask, check the master's ROLE).
+constexpr auto kDiscoveryTimeout = std::chrono::seconds(10);
 
 bool isGetAck(const source::Change& c) {
   return c.entry != nullptr && c.entry->args.size() >= 2 &&
@@ -327,9 +334,28 @@ net::awaitable<Status> SourceLink::session() {
     runSink(m);
   }
   if (result && live() > 0) {
-    source::RedisShardSource source(ex_, source_cluster_, label(), index_, source_clock_);
-    auto r = co_await (streamSide(source) || watchSinks());
-    result = std::visit([](auto& s) { return s; }, r);
+    // The node to attach to, found again before every session: for a Sentinel-managed source
+    // the master the Sentinels name now (and that says it is one).
+    auto node = co_await sentinel::resolveEndpoint(source_cluster_, kDiscoveryTimeout);
+    if (!node) {
+      result = fail(node.error());
+    } else {
+      shard_ = node->address();
+      for (auto& m : members_) {
+        if (!m.gone) m.p->mutableStats().source_failovers[shard_];  // the series exists at 0
+      }
+      source::RedisShardSource source(ex_, source_cluster_, label(), index_, source_clock_, *node);
+      if (source_cluster_.isSentinel()) {
+        spdlog::info("{}: attaching to master {}", label(), shard_);
+        // Never stay attached to a node the Sentinels no longer call master: the old master
+        // keeps streaming bytes of a history the new one never has (cluster-notes.md §3.6).
+        auto r = co_await (streamSide(source) || watchSinks() || followMaster(shard_));
+        result = std::visit([](auto& s) { return s; }, r);
+      } else {
+        auto r = co_await (streamSide(source) || watchSinks());
+        result = std::visit([](auto& s) { return s; }, r);
+      }
+    }
   }
   // Join: every sink's run() must have returned before its Member goes away.
   for (auto& m : members_) {
@@ -339,6 +365,22 @@ net::awaitable<Status> SourceLink::session() {
     co_await sink_wake_.waitFor(std::chrono::milliseconds(100));
   }
   co_return result;
+}
+
+net::awaitable<Status> SourceLink::followMaster(std::string master) {
+  for (;;) {
+    auto moved = co_await sentinel::watchSwitchMaster(source_cluster_, master);
+    if (moved) {
+      co_return fail(Error::io(fmt::format(
+          "{}: the Sentinels moved the master away from {}; reconnecting to the new master",
+          label(), master)));
+    }
+    // The stream itself is fine: keep it, and try the Sentinels again a little later.
+    spdlog::warn("{}: {}; a master switch would be noticed only when the connection ends", label(),
+                 moved.error().message);
+    net::steady_timer pause(ex_, std::chrono::seconds(5));
+    co_await pause.async_wait(net::as_tuple(net::use_awaitable));
+  }
 }
 
 net::awaitable<Status> SourceLink::watchSinks() {
@@ -388,8 +430,17 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
     co_return fail(kind.error());
   }
   const uint64_t at = source.position().offset;
+  // +CONTINUE under a new replication id: the history went on through a failover (a promoted
+  // replica's replid2 is the old id, cluster-notes.md §3.1) and was followed without a full sync.
+  const bool failover = *kind == source::SyncKind::Partial && resume_at_ &&
+                        source.position().replid != resume_at_->replid;
+  if (failover) {
+    spdlog::info("{}: followed a failover without a full sync: history {} continues as {} on {}",
+                 label(), resume_at_->replid, source.position().replid, shard_);
+  }
   for (auto& m : members_) {
     if (m.gone) continue;
+    if (failover) ++m.p->mutableStats().source_failovers[shard_];
     if (*kind == source::SyncKind::Partial) {
       ++m.p->mutableStats().partial_syncs;
     } else {

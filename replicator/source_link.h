@@ -98,6 +98,9 @@ class SourceLink final : private source::SnapshotConsumer {
   net::awaitable<Status> ackLoop(source::Source& source);
   /** Returns when a single member's sink failed (that ends the session). */
   net::awaitable<Status> watchSinks();
+  /** Redis Sentinel: returns (an error that ends the session) when the Sentinels move the
+   *  master away from `master`, the node this session is attached to. */
+  net::awaitable<Status> followMaster(std::string master);
   /** Loads every member's checkpoint and picks where the link resumes (members that cannot
    *  join it are detached). */
   Status loadCheckpoints();
@@ -154,6 +157,7 @@ class SourceLink final : private source::SnapshotConsumer {
   MemberFn on_stopped_;
   clock::ClusterClock source_clock_;
   source::ExpiryIndex index_;
+  std::string shard_;  // the node of this session ("host:port"): the metrics' shard label
   std::optional<source::Position> resume_at_;
   int resume_db_ = 0;
 

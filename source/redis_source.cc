@@ -23,13 +23,15 @@ bool parseU64(std::string_view s, uint64_t& out) {
 }  // namespace
 
 RedisSource::RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster,
-                         std::string label)
-    : cluster_(cluster), conn_(std::move(ex), std::move(label)) {}
+                         std::string label, std::optional<RedisEndpoint> node)
+    : cluster_(cluster),
+      node_(node ? std::move(*node) : cluster.endpoint()),
+      conn_(std::move(ex), std::move(label)) {}
 
 net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, SnapshotSink& sink) {
   const std::string& label = conn_.label();
   // TCP, TLS (certificate checked before anything is sent), AUTH.
-  if (auto r = co_await conn_.connect(cluster_.endpoint(), kHandshakeTimeout); !r) {
+  if (auto r = co_await conn_.connect(node_, kHandshakeTimeout); !r) {
     co_return fail(r.error());
   }
   std::vector<std::vector<std::string_view>> handshake;

@@ -14,6 +14,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -103,7 +104,12 @@ class UnitFramer {
 
 class RedisSource {
  public:
-  RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label);
+  /**
+   * `node`: the server to attach to, with the cluster's credentials (a Sentinel-managed
+   * master as discovered, a shard's node); by default the cluster's own address.
+   */
+  RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
+              std::optional<RedisEndpoint> node = std::nullopt);
 
   /**
    * Connects and negotiates the stream. With a `resume` position, asks for a partial resync
@@ -126,6 +132,8 @@ class RedisSource {
   net::awaitable<Status> sendAck(uint64_t offset);
 
   const Position& position() const { return pos_; }
+  /** The node this source attaches to ("host:port"). */
+  std::string nodeAddress() const { return node_.address(); }
   uint64_t bytesBuffered() const { return conn_.buffer().size(); }
   uint64_t bytesRead() const { return conn_.bytesRead(); }
   void close() { conn_.close(); }
@@ -135,6 +143,7 @@ class RedisSource {
   net::awaitable<Status> receiveSnapshot(SnapshotSink& sink);
 
   const config::ClusterConfig& cluster_;
+  RedisEndpoint node_;
   RedisConnection conn_;
   Position pos_;
   UnitFramer framer_;
