@@ -272,4 +272,20 @@ net::awaitable<Status> watchSwitchMaster(const config::ClusterConfig& cluster,
   }
 }
 
+net::awaitable<Error> untilMasterMoves(const config::ClusterConfig& cluster,
+                                       std::string current_master, std::string label) {
+  for (;;) {
+    auto moved = co_await watchSwitchMaster(cluster, current_master);
+    if (moved) {
+      co_return Error::io(fmt::format(
+          "{}: the Sentinels moved the master away from {}; reconnecting to the new master", label,
+          current_master));
+    }
+    spdlog::warn("{}: {}; a master switch would be noticed only when the connection ends", label,
+                 moved.error().message);
+    net::steady_timer pause(co_await net::this_coro::executor, std::chrono::seconds(5));
+    co_await pause.async_wait(use_nothrow);
+  }
+}
+
 }  // namespace xdcr::sentinel

@@ -55,6 +55,15 @@ net::awaitable<Result<RedisEndpoint>> resolveEndpoint(const config::ClusterConfi
 net::awaitable<Status> watchSwitchMaster(const config::ClusterConfig& cluster,
                                          const std::string& current_master);
 
+/**
+ * For a session attached to `current_master`: waits until the Sentinels move the master away
+ * from it and returns the error that ends the session ("<label>: the Sentinels moved the master
+ * away from H:P; ..."). While no Sentinel can be watched it warns and tries again every few
+ * seconds: the data connection itself is fine. Cancellable (|| operator).
+ */
+net::awaitable<Error> untilMasterMoves(const config::ClusterConfig& cluster,
+                                       std::string current_master, std::string label);
+
 /** Parses a `+switch-master` payload "<name> <old-ip> <old-port> <new-ip> <new-port>" into the
  *  master's name and its new "ip:port"; false when malformed. */
 bool parseSwitchMaster(const std::string& payload, std::string& name, std::string& new_address);

@@ -1,10 +1,7 @@
 #include "replicator/source_link.h"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 #include <unistd.h>
 
@@ -368,19 +365,9 @@ net::awaitable<Status> SourceLink::session() {
 }
 
 net::awaitable<Status> SourceLink::followMaster(std::string master) {
-  for (;;) {
-    auto moved = co_await sentinel::watchSwitchMaster(source_cluster_, master);
-    if (moved) {
-      co_return fail(Error::io(fmt::format(
-          "{}: the Sentinels moved the master away from {}; reconnecting to the new master",
-          label(), master)));
-    }
-    // The stream itself is fine: keep it, and try the Sentinels again a little later.
-    spdlog::warn("{}: {}; a master switch would be noticed only when the connection ends", label(),
-                 moved.error().message);
-    net::steady_timer pause(ex_, std::chrono::seconds(5));
-    co_await pause.async_wait(net::as_tuple(net::use_awaitable));
-  }
+  const std::string who = label();  // (no temporaries as coroutine arguments: GCC 12)
+  Error moved = co_await sentinel::untilMasterMoves(source_cluster_, master, who);
+  co_return fail(std::move(moved));
 }
 
 net::awaitable<Status> SourceLink::watchSinks() {

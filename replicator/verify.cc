@@ -17,6 +17,7 @@
 
 #include "clock/redis_time.h"
 #include "common/redis_conn.h"
+#include "common/sentinel.h"
 #include "common/stats.h"
 #include "filters/key_space.h"
 #include "source/expiry_index.h"
@@ -159,7 +160,10 @@ class Verifier {
 };
 
 net::awaitable<Status> Verifier::connect(RedisConnection& c, const config::ClusterConfig& cc) {
-  Status s = co_await c.connect(cc.endpoint(), kTimeout);  // TCP, TLS, AUTH
+  // A Sentinel-managed cluster is read at the master its Sentinels name.
+  auto node = co_await sentinel::resolveEndpoint(cc, kTimeout);
+  if (!node) co_return fail(node.error());
+  Status s = co_await c.connect(*node, kTimeout);  // TCP, TLS, AUTH
   co_return s;
 }
 
