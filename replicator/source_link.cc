@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/redis_conn.h"
 #include "common/sentinel.h"
 #include "replicator/supervision.h"
 #include "source/redis_shard_source.h"
@@ -27,6 +29,51 @@ constexpr auto kDiscoveryTimeout = std::chrono::seconds(10);
 bool isGetAck(const source::Change& c) {
   return c.entry != nullptr && c.entry->args.size() >= 2 &&
          resp::iequals(c.entry->args[0], "replconf") && resp::iequals(c.entry->args[1], "getack");
+}
+
+/** False for a unit that is only framing: PING, REPLCONF, SELECT, a Sentinel's hello. */
+bool carriesData(const source::ResolvedUnit& unit) {
+  for (const auto& c : unit.view()) {
+    switch (c.effect) {
+      case source::Effect::Select:
+      case source::Effect::Multi:
+      case source::Effect::Exec:
+      case source::Effect::Heartbeat:
+        break;
+      default:
+        return true;
+    }
+  }
+  return false;
+}
+
+/** master_replid, master_replid2 and second_repl_offset of a node (INFO replication). */
+struct History {
+  std::string replid, replid2;
+  int64_t second_offset = -1;
+};
+
+net::awaitable<Result<History>> readHistory(const RedisEndpoint& node, const std::string& label) {
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  RedisConnection conn(co_await net::this_coro::executor, label + " history check");
+  if (auto s = co_await conn.connect(node, kTimeout); !s) co_return fail(s.error());
+  const std::vector<std::vector<std::string>> info = {{"INFO", "replication"}};
+  auto r = co_await conn.callMany(info, kTimeout);
+  conn.close();
+  if (!r) co_return fail(r.error());
+  if ((*r)[0].isError()) co_return fail(Error::refused((*r)[0].str));
+  History h;
+  std::istringstream in((*r)[0].str);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = line.substr(0, colon), value = line.substr(colon + 1);
+    if (key == "master_replid") h.replid = value;
+    if (key == "master_replid2") h.replid2 = value;
+    if (key == "second_repl_offset") h.second_offset = std::strtoll(value.c_str(), nullptr, 10);
+  }
+  co_return h;
 }
 
 double seconds(std::chrono::steady_clock::duration d) {
@@ -154,6 +201,16 @@ net::awaitable<void> SourceLink::run() {
     }
     if (stopping_ || pipelines_.empty()) break;
     const std::string why = s ? "session ended" : s.error().message;
+    if (master_moved_) {
+      // Not a failure: the Sentinels named a new master. Go there at once, no backoff.
+      master_moved_ = false;
+      spdlog::info("{}: {}", label(), why);
+      for (Pipeline* p : pipelines_) {
+        ++p->mutableStats().reconnects;
+        p->setState(PipelineState::Reconnecting);
+      }
+      continue;
+    }
     spdlog::error("{}: {}", label(), why);
     for (Pipeline* p : pipelines_) {
       p->setLastError(why);
@@ -232,6 +289,8 @@ Status SourceLink::loadCheckpoints() {
   if (base != nullptr) {
     resume_at_ = base->p->resumePoint()->position;
     resume_db_ = base->p->resumePoint()->db;
+    resume_data_ = {resume_at_->replid, base->p->resumePoint()->data_offset,
+                    base->p->resumePoint()->data_db};
     index_ = std::move(const_cast<Loaded*>(base)->index);
     // Journal the index's changes from the loaded state on; without a checkpoint there is a
     // full sync first, whose end writes a whole image.
@@ -322,6 +381,7 @@ net::awaitable<Status> SourceLink::session() {
       index_.clearAll();
     }
     m.skip_until = *skip;
+    m.stamp = *skip;
     if (m.p->resumePoint() && resume_at_ &&
         m.p->resumePoint()->position.offset > resume_at_->offset) {
       // Ahead of the link: its target holds the stream up to its own checkpoint already.
@@ -341,6 +401,7 @@ net::awaitable<Status> SourceLink::session() {
       for (auto& m : members_) {
         if (!m.gone) m.p->mutableStats().source_failovers[shard_];  // the series exists at 0
       }
+      if (resume_at_) co_await alignWithHistory(*node);
       source::RedisShardSource source(ex_, source_cluster_, label(), index_, source_clock_, *node);
       if (source_cluster_.isSentinel()) {
         spdlog::info("{}: attaching to master {}", label(), shard_);
@@ -365,9 +426,69 @@ net::awaitable<Status> SourceLink::session() {
 }
 
 net::awaitable<Status> SourceLink::followMaster(std::string master) {
-  const std::string who = label();  // (no temporaries as coroutine arguments: GCC 12)
+  const std::string who = "source " + source_cluster_.name;  // (an lvalue: GCC 12)
   Error moved = co_await sentinel::untilMasterMoves(source_cluster_, master, who);
+  master_moved_ = true;
   co_return fail(std::move(moved));
+}
+
+net::awaitable<void> SourceLink::alignWithHistory(const RedisEndpoint& node) {
+  const std::string who = label();
+  auto history = co_await readHistory(node, who);
+  if (!history) {
+    spdlog::debug("{}: cannot read INFO replication of {}: {}", who, node.address(),
+                  history.error().message);
+    co_return;
+  }
+  // Only a node whose history forked from the checkpoint's: a promoted replica (its replid2 is
+  // the checkpoint's replid) shares it up to `fork`, the last offset of both (PSYNC <old id>
+  // <offset+1> is accepted up to offset+1 == second_repl_offset, cluster-notes.md §3.1).
+  if (history->replid == resume_at_->replid || history->replid2 != resume_at_->replid ||
+      history->second_offset < 1) {
+    co_return;
+  }
+  const auto fork = static_cast<uint64_t>(history->second_offset - 1);
+  // How far into the old history the targets may hold data: what this link last handed them
+  // (this process), each checkpoint's last data, each target's replay stamp. Past the fork is
+  // what the old master took after the failover and the new one never had (cluster-notes.md
+  // §3.3, §3.6): the targets hold writes the source lost, only a full sync makes them whole.
+  uint64_t held = resume_data_.offset;
+  if (data_end_.replid == resume_at_->replid) held = std::max(held, data_end_.offset);
+  for (const auto& m : members_) {
+    if (m.gone) continue;
+    held = std::max(held, m.stamp);
+    const auto& own = m.p->resumePoint();
+    if (own && own->position.replid == resume_at_->replid) {
+      held = std::max(held, own->data_offset);
+    }
+  }
+  if (held > fork) {
+    spdlog::warn(
+        "{}: the targets hold writes of the old master up to offset {}, past the failover point "
+        "{}: {} never had them (writes the source lost in the failover); a full sync follows",
+        who, held, fork, node.address());
+    resume_at_.reset();
+    index_.setJournaling(false);
+    index_.clearAll();
+    for (auto& m : members_) m.skip_until = 0;
+    co_return;
+  }
+  // Past the fork the offsets are the new history's: nothing there was written before, whatever
+  // a checkpoint ahead of the link's or a replay stamp says.
+  for (auto& m : members_) m.skip_until = std::min(m.skip_until, fork);
+  if (resume_at_->offset <= fork) co_return;  // PSYNC continues as is
+  // Only framing (pings, the Sentinels' hellos) came after the last data, so resuming anywhere
+  // from there to the fork skips nothing; the fork is the latest such point, the surest to be in
+  // the new master's backlog (a node just re-synced keeps a short one). The db in effect there
+  // does not matter: a promoted replica starts its stream with a SELECT (replicationUnsetMaster
+  // resets slaveseldb).
+  spdlog::info(
+      "{}: the old master sent only framing (pings, Sentinel hellos) after the last data (offset "
+      "{}) up to the checkpoint's offset {}; the new master's history forked at {}: resuming "
+      "there",
+      who, held, resume_at_->offset, fork);
+  resume_at_->offset = fork;
+  resume_db_ = resume_data_.db;
 }
 
 net::awaitable<Status> SourceLink::watchSinks() {
@@ -440,6 +561,7 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
     m.p->setLag(0);
   }
   received_offset_ = at;
+  data_end_ = {source.position().replid, at, source.currentDb()};
   arrivals_.clear();
   if (*kind == source::SyncKind::Full) {
     for (auto& m : members_) {
@@ -645,6 +767,8 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
       if (!m.gone) m.sink->apply(unit, unit.offset_end > m.skip_until);
     }
     source.consume(unit);
+    if (carriesData(unit))
+      data_end_ = {source.position().replid, unit.offset_end, source.currentDb()};
   }
 }
 
@@ -785,6 +909,8 @@ Checkpoint SourceLink::makeCheckpoint(const source::Source& source, Pipeline& p)
   cp.source_address = source_cluster_.address();
   cp.marker = p.nextMarker();
   cp.next_marker = target::newMarkerToken();
+  cp.data_offset = std::min(data_end_.offset, cp.position.offset);
+  cp.data_db = cp.data_offset == cp.position.offset ? cp.db : data_end_.db;
   return cp;
 }
 
