@@ -110,10 +110,11 @@ struct Thresholds {
   size_t intset_entries = 512;  // set-max-intset-entries
 };
 
-Thresholds readThresholds(RespClient& client) {
+Thresholds readThresholds(const RespPipeline& run) {
   Thresholds t;
   auto get = [&](const char* name, size_t* value) {
-    RespValue reply = client.command({"CONFIG", "GET", name});
+    const std::vector<RespCommand> command = {{"CONFIG", "GET", name}};
+    RespValue reply = run(command).at(0);
     if (reply.isArray() && reply.array().size() == 2) {
       *value = static_cast<size_t>(std::stoull(reply.array()[1].str()));
     }
@@ -295,11 +296,11 @@ bool isString(ValueKind kind) {
 }
 
 /** Sends a batch; throws on any error reply or on an expiry command that did not take effect. */
-void sendBatch(RespClient& client, std::vector<RespCommand>* batch) {
+void sendBatch(const RespPipeline& run, std::vector<RespCommand>* batch) {
   if (batch->empty()) {
     return;
   }
-  std::vector<RespValue> replies = client.pipeline(*batch);
+  std::vector<RespValue> replies = run(*batch);
   for (size_t i = 0; i < replies.size(); ++i) {
     const RespCommand& cmd = (*batch)[i];
     const bool expiry = cmd[0] == "PEXPIRE" || cmd[0] == "PEXPIREAT";
@@ -544,6 +545,13 @@ std::vector<const DatasetKey*> Dataset::expired(size_t step) const {
 }
 
 Dataset writeDataset(uint16_t port, const DatasetOptions& options) {
+  RespClient client(port, std::chrono::seconds(60));
+  return writeDataset(
+      [&client](const std::vector<RespCommand>& commands) { return client.pipeline(commands); },
+      options);
+}
+
+Dataset writeDataset(const RespPipeline& run, const DatasetOptions& options) {
   Dataset data;
   data.write_started_ms = unixTimeMs();
   data.keys.reserve(static_cast<size_t>(std::max<int64_t>(options.keys, 0)));
@@ -569,8 +577,7 @@ Dataset writeDataset(uint16_t port, const DatasetOptions& options) {
     data.keys.push_back(std::move(k));
   }
 
-  RespClient client(port, std::chrono::seconds(60));
-  const Thresholds limits = readThresholds(client);
+  const Thresholds limits = readThresholds(run);
   std::vector<RespCommand> batch;
   int current_db = -1;
   auto selectDb = [&](int db) {
@@ -598,10 +605,10 @@ Dataset writeDataset(uint16_t port, const DatasetOptions& options) {
         batch.push_back({"PEXPIREAT", k.key, std::to_string(k.deadline_ms)});
       }
       if (batch.size() >= kWriteBatch) {
-        sendBatch(client, &batch);
+        sendBatch(run, &batch);
       }
     }
-    sendBatch(client, &batch);
+    sendBatch(run, &batch);
   }
   data.write_ended_ms = unixTimeMs();
   if (data.expiredCount() > 0) {
@@ -616,6 +623,55 @@ Dataset writeDataset(uint16_t port, const DatasetOptions& options) {
   return data;
 }
 
+namespace {
+
+/** Appends the commands that read the contents of a key of `type` (TYPE's answer). */
+void appendContentReads(std::string_view type, const std::string& key,
+                        std::vector<RespCommand>* commands) {
+  if (type == "string") {
+    commands->push_back({"GET", key});
+  } else if (type == "hash") {
+    commands->push_back({"HGETALL", key});
+  } else if (type == "list") {
+    commands->push_back({"LRANGE", key, "0", "-1"});
+  } else if (type == "set") {
+    commands->push_back({"SMEMBERS", key});
+  } else if (type == "zset") {
+    commands->push_back({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+  } else if (type == "stream") {
+    commands->push_back({"XRANGE", key, "-", "+"});
+    commands->push_back({"XINFO", "GROUPS", key});
+    commands->push_back({"XINFO", "STREAM", key, "FULL", "COUNT", "0"});
+  }
+}
+
+/** Renders the replies of appendContentReads(type) from replies[*r] on; advances *r. */
+std::string renderContents(std::string_view type, const std::vector<RespValue>& replies,
+                           size_t* r) {
+  if (type == "hash") {
+    return renderHash(replies[(*r)++]);
+  }
+  if (type == "set") {
+    return renderSet(replies[(*r)++]);
+  }
+  if (type == "stream") {
+    std::string out = "entries=" + render(replies[*r]) + " groups=" + render(replies[*r + 1]) +
+                      " stream=" + renderStreamFull(replies[*r + 2]);
+    *r += 3;
+    return out;
+  }
+  if (type == "string" || type == "list" || type == "zset") {
+    return render(replies[(*r)++]);
+  }
+  return "";  // "none" or a type the data sets do not write: nothing was read
+}
+
+std::string typeText(const RespValue& reply) {
+  return reply.type() == RespValue::Type::SimpleString ? reply.str() : render(reply);
+}
+
+}  // namespace
+
 std::vector<KeyState> readKeyStates(RespClient& client, int db,
                                     const std::vector<const DatasetKey*>& keys) {
   client.select(db);
@@ -628,45 +684,46 @@ std::vector<KeyState> readKeyStates(RespClient& client, int db,
       const std::string& key = keys[i]->key;
       commands.push_back({"TYPE", key});
       commands.push_back({"PEXPIRETIME", key});
-      const std::string_view type = redisTypeOf(keys[i]->kind);
-      if (type == "string") {
-        commands.push_back({"GET", key});
-      } else if (type == "hash") {
-        commands.push_back({"HGETALL", key});
-      } else if (type == "list") {
-        commands.push_back({"LRANGE", key, "0", "-1"});
-      } else if (type == "set") {
-        commands.push_back({"SMEMBERS", key});
-      } else if (type == "zset") {
-        commands.push_back({"ZRANGE", key, "0", "-1", "WITHSCORES"});
-      } else {
-        commands.push_back({"XRANGE", key, "-", "+"});
-        commands.push_back({"XINFO", "GROUPS", key});
-        commands.push_back({"XINFO", "STREAM", key, "FULL", "COUNT", "0"});
-      }
+      appendContentReads(redisTypeOf(keys[i]->kind), key, &commands);
     }
     std::vector<RespValue> replies = client.pipeline(commands);
     size_t r = 0;
     for (size_t i = begin; i < end; ++i) {
       KeyState state;
-      state.type = replies[r].type() == RespValue::Type::SimpleString ? replies[r].str()
-                                                                      : render(replies[r]);
+      state.type = typeText(replies[r]);
       ++r;
       state.pexpiretime = replies[r].isInteger() ? replies[r].integer() : -3;
       ++r;
-      const std::string_view type = redisTypeOf(keys[i]->kind);
-      if (type == "hash") {
-        state.contents = renderHash(replies[r++]);
-      } else if (type == "set") {
-        state.contents = renderSet(replies[r++]);
-      } else if (type == "stream") {
-        state.contents = "entries=" + render(replies[r]) + " groups=" + render(replies[r + 1]) +
-                         " stream=" + renderStreamFull(replies[r + 2]);
-        r += 3;
-      } else {
-        state.contents = render(replies[r++]);
-      }
+      state.contents = renderContents(redisTypeOf(keys[i]->kind), replies, &r);
       states.push_back(std::move(state));
+    }
+  }
+  return states;
+}
+
+std::vector<KeyState> readKeyStatesOfAnyType(const RespPipeline& run,
+                                             const std::vector<std::string>& keys) {
+  std::vector<KeyState> states(keys.size());
+  for (size_t begin = 0; begin < keys.size(); begin += kReadBatch) {
+    const size_t end = std::min(keys.size(), begin + kReadBatch);
+    std::vector<RespCommand> commands;
+    for (size_t i = begin; i < end; ++i) {
+      commands.push_back({"TYPE", keys[i]});
+      commands.push_back({"PEXPIRETIME", keys[i]});
+    }
+    std::vector<RespValue> replies = run(commands);
+    commands.clear();
+    for (size_t i = begin; i < end; ++i) {
+      KeyState& state = states[i];
+      state.type = typeText(replies[2 * (i - begin)]);
+      const RespValue& deadline = replies[2 * (i - begin) + 1];
+      state.pexpiretime = deadline.isInteger() ? deadline.integer() : -3;
+      appendContentReads(state.type, keys[i], &commands);
+    }
+    replies = run(commands);
+    size_t r = 0;
+    for (size_t i = begin; i < end; ++i) {
+      states[i].contents = renderContents(states[i].type, replies, &r);
     }
   }
   return states;

@@ -100,6 +100,12 @@ struct Dataset {
 };
 
 /**
+ * Runs commands pipelined over some connection (a RespClient, a cluster client routing each
+ * command to its slot's node) and returns their replies in the commands' order.
+ */
+using RespPipeline = std::function<std::vector<RespValue>(const std::vector<RespCommand>&)>;
+
+/**
  * Writes a data set to the server on 127.0.0.1:`port`, pipelined. Live keys come first; expired
  * keys last, each with `PEXPIRE k 100` as its final command, after which the call waits until
  * those deadlines have passed. For expired keys to stay in the keyspace (and in the RDB a full
@@ -109,6 +115,12 @@ struct Dataset {
  * Throws std::runtime_error if the server rejects a command.
  */
 Dataset writeDataset(uint16_t port, const DatasetOptions& options);
+/**
+ * As above, through `run`: e.g. a cluster client, for a data set spread over a cluster's slots
+ * (every key in db 0 there). The commands of one key must reach its node in order; the keyless
+ * CONFIG GET of the encoding thresholds goes wherever `run` sends keyless commands.
+ */
+Dataset writeDataset(const RespPipeline& run, const DatasetOptions& options);
 
 /** A key's state on one server, in a form that does not depend on the server's encodings. */
 struct KeyState {
@@ -135,6 +147,15 @@ struct KeyState {
  */
 std::vector<KeyState> readKeyStates(RespClient& client, int db,
                                     const std::vector<const DatasetKey*>& keys);
+
+/**
+ * As readKeyStates, for keys whose types are not known in advance (every key a SCAN found):
+ * TYPE and PEXPIRETIME of every key first, then the reads of each key's type, both pipelined
+ * through `run` (no SELECT: `run` reads the db it is on). A key written between the two passes
+ * can show an error text as contents; callers compare quiescent key spaces.
+ */
+std::vector<KeyState> readKeyStatesOfAnyType(const RespPipeline& run,
+                                             const std::vector<std::string>& keys);
 
 /** Printable rendering of arbitrary bytes: printable ASCII as is, the rest as \xHH. */
 std::string escapeBytes(std::string_view bytes, size_t max_length = 200);

@@ -1,9 +1,11 @@
 #include "tests/support/key_check.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
 #include "tests/support/target_layout.h"
+#include "tests/support/wait.h"
 
 namespace xdcr::test {
 namespace {
@@ -25,6 +27,65 @@ std::string describeExpectedDeadline(const ExpectedKey& e, int64_t now_ms) {
   return describeDeadline(e.deadline->first, now_ms) + " .. " +
          describeDeadline(e.deadline->second, now_ms);
 }
+
+/** Compares one key; counts into `report` and adds a detail line labelled `label`. */
+void checkOne(const std::string& label, const ExpectedKey& e, const KeyState& a, int64_t read_ms,
+              size_t max_details, KeyCheckReport* report) {
+  ++report->checked;
+  const bool present = a.type != "none";
+  std::string problem;
+  if (e.present && !present) {
+    ++report->missing;
+    problem = "missing";
+  } else if (!e.present && present) {
+    ++report->unexpected;
+    problem = "present (" + a.type + ", deadline " + describeDeadline(a.pexpiretime, read_ms) +
+              "), expected absent";
+  } else if (e.present) {
+    if (a.type != e.type || a.contents != e.contents) {
+      ++report->contents;
+      problem =
+          a.type + " " + shorten(a.contents) + ", expected " + e.type + " " + shorten(e.contents);
+    }
+    const bool deadline_ok =
+        e.deadline ? a.pexpiretime >= e.deadline->first && a.pexpiretime <= e.deadline->second
+                   : a.pexpiretime == -1;
+    if (!deadline_ok) {
+      ++report->deadlines;
+      problem += (problem.empty() ? "" : "; ") + std::string("deadline ") +
+                 describeDeadline(a.pexpiretime, read_ms) + ", expected " +
+                 describeExpectedDeadline(e, read_ms);
+    }
+  }
+  if (!problem.empty() && report->details.size() < max_details) {
+    report->details.push_back(label + ": " + problem + (e.why.empty() ? "" : " [" + e.why + "]"));
+  }
+}
+
+/**
+ * A stream's rendering (dataset.cc) with the values of its node-local fields (consumers'
+ * seen-time, groups' entries-read and lag) replaced by "*".
+ */
+std::string withoutNodeLocalFields(std::string contents) {
+  // The renderer quotes field names and escapes '"' inside data, so these patterns only ever
+  // match field names.
+  static const char* const kFields[] = {"\"seen-time\", ", "\"entries-read\", ", "\"lag\", "};
+  for (const char* field : kFields) {
+    const std::string pattern = field;
+    size_t pos = 0;
+    while ((pos = contents.find(pattern, pos)) != std::string::npos) {
+      const size_t start = pos + pattern.size();
+      const size_t end = contents.find_first_of(",]}", start);
+      contents.replace(start, (end == std::string::npos ? contents.size() : end) - start, "*");
+      pos = start;
+    }
+  }
+  return contents;
+}
+
+// Keys per SCAN call in snapshotKeySpace(), and a bound on the calls.
+constexpr int kScanCount = 1000;
+constexpr int kMaxScanCalls = 100000;
 
 }  // namespace
 
@@ -87,38 +148,92 @@ KeyCheckReport checkKeys(const std::vector<const DatasetKey*>& keys,
   }
   KeyCheckReport report;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const ExpectedKey& e = expected[i];
-    const KeyState& a = actual[i];
-    ++report.checked;
-    const bool present = a.type != "none";
-    std::string problem;
-    if (e.present && !present) {
-      ++report.missing;
-      problem = "missing";
-    } else if (!e.present && present) {
-      ++report.unexpected;
-      problem = "present (" + a.type + ", deadline " + describeDeadline(a.pexpiretime, read_ms) +
-                "), expected absent";
-    } else if (e.present) {
-      if (a.type != e.type || a.contents != e.contents) {
-        ++report.contents;
-        problem =
-            a.type + " " + shorten(a.contents) + ", expected " + e.type + " " + shorten(e.contents);
-      }
-      const bool deadline_ok =
-          e.deadline ? a.pexpiretime >= e.deadline->first && a.pexpiretime <= e.deadline->second
-                     : a.pexpiretime == -1;
-      if (!deadline_ok) {
-        ++report.deadlines;
-        problem += (problem.empty() ? "" : "; ") + std::string("deadline ") +
-                   describeDeadline(a.pexpiretime, read_ms) + ", expected " +
-                   describeExpectedDeadline(e, read_ms);
+    checkOne("db" + std::to_string(keys[i]->db) + " " + escapeBytes(keys[i]->key), expected[i],
+             actual[i], read_ms, max_details, &report);
+  }
+  return report;
+}
+
+KeySpaceSnapshot snapshotKeys(const RespPipeline& run, const std::vector<std::string>& keys) {
+  KeySpaceSnapshot snapshot;
+  snapshot.read_started_ms = unixTimeMs();
+  std::vector<KeyState> states = readKeyStatesOfAnyType(run, keys);
+  snapshot.read_ended_ms = unixTimeMs();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (states[i].type == "none") {
+      ++snapshot.vanished;
+    } else {
+      snapshot.keys[keys[i]] = std::move(states[i]);
+    }
+  }
+  return snapshot;
+}
+
+KeySpaceSnapshot snapshotKeySpace(RespClient& client, int db) {
+  client.select(db);
+  std::vector<std::string> keys;
+  std::string cursor = "0";
+  for (int calls = 0;; ++calls) {
+    if (calls >= kMaxScanCalls) {
+      throw std::runtime_error(
+          "snapshotKeySpace: SCAN of 127.0.0.1:" + std::to_string(client.port()) +
+          " did not end after " + std::to_string(kMaxScanCalls) + " calls");
+    }
+    RespValue reply = client.command({"SCAN", cursor, "COUNT", std::to_string(kScanCount)});
+    if (!reply.isArray() || reply.array().size() != 2 || !reply.array()[1].isArray()) {
+      throw std::runtime_error("snapshotKeySpace: SCAN answered " + reply.toString());
+    }
+    for (const auto& key : reply.array()[1].array()) {
+      if (!isAgentMarkerKey(key.str())) {
+        keys.push_back(key.str());
       }
     }
-    if (!problem.empty() && report.details.size() < max_details) {
-      report.details.push_back("db" + std::to_string(keys[i]->db) + " " +
-                               escapeBytes(keys[i]->key) + ": " + problem +
-                               (e.why.empty() ? "" : " [" + e.why + "]"));
+    cursor = reply.array()[0].str();
+    if (cursor == "0") {
+      break;
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());  // SCAN may repeat a key
+  return snapshotKeys(
+      [&client](const std::vector<RespCommand>& commands) { return client.pipeline(commands); },
+      keys);
+}
+
+KeyCheckReport compareKeySpaces(const KeySpaceSnapshot& source, const KeySpaceSnapshot& target,
+                                const KeySpaceCompareOptions& options) {
+  KeyCheckReport report;
+  const KeyState absent{"none", -2, ""};
+  auto included = [&](const std::string& key) { return !options.include || options.include(key); };
+  for (const auto& [key, state] : source.keys) {
+    if (!included(key)) {
+      continue;
+    }
+    // The source deadline as rule 4 takes it: 0 = none.
+    const int64_t e = state.pexpiretime > 0 ? state.pexpiretime : 0;
+    ExpectedKey expected =
+        options.max_ttl_ms == 0
+            ? replicatedKey(state, e, 0, 0, 0, options.deadline_tolerance_ms)
+            : replicatedKey(state, e, options.max_ttl_ms, options.write_lo_ms, options.write_hi_ms,
+                            options.deadline_tolerance_ms,
+                            "maxTTL " + std::to_string(options.max_ttl_ms) + " ms");
+    auto it = target.keys.find(key);
+    KeyState actual = it == target.keys.end() ? absent : it->second;
+    if (!options.stream_node_local) {
+      if (expected.type == "stream") {
+        expected.contents = withoutNodeLocalFields(expected.contents);
+      }
+      if (actual.type == "stream") {
+        actual.contents = withoutNodeLocalFields(actual.contents);
+      }
+    }
+    checkOne(escapeBytes(key), expected, actual, target.read_ended_ms, options.max_details,
+             &report);
+  }
+  for (const auto& [key, state] : target.keys) {
+    if (included(key) && source.keys.count(key) == 0) {
+      checkOne(escapeBytes(key), absentKey("not in the source"), state, target.read_ended_ms,
+               options.max_details, &report);
     }
   }
   return report;

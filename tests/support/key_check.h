@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -60,6 +62,61 @@ KeyCheckReport checkKeys(const std::vector<const DatasetKey*>& keys,
                          const std::vector<ExpectedKey>& expected,
                          const std::vector<KeyState>& actual, int64_t read_ms,
                          size_t max_details = 20);
+
+/**
+ * Every key of one key space (a standalone server's db, or a whole cluster) with its state, read
+ * by readKeyStatesOfAnyType() between `read_started_ms` and `read_ended_ms`. Keys that vanished
+ * between the listing and the read (expired, deleted) are left out and counted in `vanished`.
+ */
+struct KeySpaceSnapshot {
+  std::map<std::string, KeyState> keys;
+  int64_t read_started_ms = 0;
+  int64_t read_ended_ms = 0;
+  int64_t vanished = 0;
+};
+
+/** Reads `keys` through `run` (pipelined) into a snapshot. */
+KeySpaceSnapshot snapshotKeys(const RespPipeline& run, const std::vector<std::string>& keys);
+/**
+ * Every key of db `db` of a standalone server (SCAN, bounded), without the agent's marker keys
+ * (isAgentMarkerKey). A cluster has its own (cluster_client.h).
+ */
+KeySpaceSnapshot snapshotKeySpace(RespClient& client, int db = 0);
+
+/** How compareKeySpaces() judges a target key against its source key. */
+struct KeySpaceCompareOptions {
+  /** A target deadline may differ by this much from the expected one (either way). */
+  int64_t deadline_tolerance_ms = 0;
+  /**
+   * 0: the target deadline must be the source's (none when the source has none). Otherwise a
+   * maxTTL clamp: the target deadline must be min(source deadline, write + max_ttl_ms) (rule 4,
+   * specClamp) for a target write at some time in [write_lo_ms, write_hi_ms].
+   */
+  int64_t max_ttl_ms = 0;
+  int64_t write_lo_ms = 0;
+  int64_t write_hi_ms = 0;
+  /**
+   * Compare the node-local bookkeeping of stream consumer groups too: consumers' seen-time (each
+   * node sets it from its own clock when it applies a read) and groups' entries-read / lag
+   * (Redis 7.0 does not replicate entries-read: a replica, or a promoted one, shows nil where
+   * its master counted). Off by default: a replica, a promoted replica or a replication target
+   * differs there without any data being lost; DUMP/RESTORE, MIGRATE and RDB copies keep them.
+   */
+  bool stream_node_local = false;
+  /** Which keys take part (both sides); default every key. */
+  std::function<bool(const std::string&)> include;
+  size_t max_details = 20;
+};
+
+/**
+ * Compares two key spaces key by key: `missing` = in the source, not in the target;
+ * `unexpected` = in the target only (extra); `contents` = other type or contents (TYPE and the
+ * canonical reads, never DUMP payloads, which differ across versions and encodings); `deadlines`
+ * = PEXPIRETIME outside the expected range (see KeySpaceCompareOptions). `checked` counts the
+ * keys of both sides together; comparing two empty key spaces is not ok() (nothing was proven).
+ */
+KeyCheckReport compareKeySpaces(const KeySpaceSnapshot& source, const KeySpaceSnapshot& target,
+                                const KeySpaceCompareOptions& options = {});
 
 /** "1712345678901 (now+600.0s)": an absolute deadline and its distance from `now_ms`. */
 std::string describeDeadline(int64_t deadline_ms, int64_t now_ms);

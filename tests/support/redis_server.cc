@@ -59,6 +59,24 @@ std::vector<ReplicaInfo> replicasOf(const std::map<std::string, std::string>& re
   return replicas;
 }
 
+bool waitReplicaCaughtUp(const RedisServer& master, const RedisServer& replica,
+                         std::chrono::milliseconds timeout) {
+  return waitUntil(
+      [&] {
+        try {
+          RespClient m = master.client(std::chrono::seconds(2));
+          const int64_t wanted = std::stoll(m.info("replication")["master_repl_offset"]);
+          RespClient r = replica.client(std::chrono::seconds(2));
+          auto info = r.info("replication");
+          return info["master_link_status"] == "up" &&
+                 std::stoll(info["slave_repl_offset"]) >= wanted;
+        } catch (const std::exception&) {
+          return false;  // not answering, or a field missing: not yet
+        }
+      },
+      timeout, std::chrono::milliseconds(10));
+}
+
 RedisServer::RedisServer(std::vector<std::string> extra_args,
                          std::chrono::milliseconds start_timeout)
     : dir_("xdcr-redis"), extra_args_(std::move(extra_args)), start_timeout_(start_timeout) {
@@ -82,6 +100,31 @@ RedisServer::RedisServer(RedisTls tls, std::vector<std::string> extra_args,
       start_timeout_(start_timeout),
       tls_(std::move(tls)) {
   startOnFreePort();
+}
+
+RedisServer::RedisServer(const SentinelMode& mode, std::vector<std::string> extra_args,
+                         std::chrono::milliseconds start_timeout)
+    : dir_("xdcr-sentinel"),
+      extra_args_(std::move(extra_args)),
+      start_timeout_(start_timeout),
+      sentinel_(true) {
+  std::string text;
+  for (const auto& line : mode.config_lines) {
+    text += line + "\n";
+  }
+  writeFileText(sentinelConfigFile(), text);
+  startOnFreePort();
+}
+
+std::unique_ptr<RedisServer> RedisServer::startSentinel(
+    const std::vector<std::string>& config_lines, std::vector<std::string> extra_args,
+    std::chrono::milliseconds start_timeout) {
+  return std::unique_ptr<RedisServer>(
+      new RedisServer(SentinelMode{config_lines}, std::move(extra_args), start_timeout));
+}
+
+std::string RedisServer::sentinelConfigFile() const {
+  return sentinel_ ? dir_.file("sentinel.conf") : "";
 }
 
 std::unique_ptr<RedisServer> RedisServer::startTls(const RedisTls& tls,
@@ -118,14 +161,18 @@ std::string RedisServer::address() const {
 bool RedisServer::startOn(uint16_t port, std::string* why) {
   port_ = port;
   // clang-format off
-  std::vector<std::string> argv = {"redis-server",
-                                   "--bind", "127.0.0.1",
-                                   "--port", tls_ ? "0" : std::to_string(port),
-                                   "--save", "",
-                                   "--appendonly", "no",
-                                   "--dir", dir_.path(),
-                                   "--daemonize", "no",
-                                   "--logfile", dir_.file("redis.log")};
+  std::vector<std::string> argv = {"redis-server"};
+  if (sentinel_) {
+    // The file must come first; Sentinel mode needs a writable one (it rewrites it).
+    argv.insert(argv.end(), {sentinelConfigFile(), "--sentinel"});
+  }
+  argv.insert(argv.end(), {"--bind", "127.0.0.1",
+                           "--port", tls_ ? "0" : std::to_string(port),
+                           "--save", "",
+                           "--appendonly", "no",
+                           "--dir", dir_.path(),
+                           "--daemonize", "no",
+                           "--logfile", dir_.file("redis.log")});
   if (tls_) {
     argv.insert(argv.end(), {"--tls-port", std::to_string(port),
                              "--tls-cert-file", tls_->cert_file,

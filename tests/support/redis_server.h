@@ -31,6 +31,17 @@ struct ReplicaInfo {
 /** The replicas a master lists in its INFO replication (as returned by RespClient::info()). */
 std::vector<ReplicaInfo> replicasOf(const std::map<std::string, std::string>& replication_info);
 
+class RedisServer;
+
+/**
+ * Waits (bounded) until `replica` has a link up to its master and has processed the master's
+ * whole replication stream as of the call (slave_repl_offset >= the master's
+ * master_repl_offset, read first). WAIT on a fresh connection does not do this: it only waits
+ * for that connection's own writes. False on timeout.
+ */
+bool waitReplicaCaughtUp(const RedisServer& master, const RedisServer& replica,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
 /** TLS for a test server (see RedisServer::startTls). */
 struct RedisTls {
   std::string cert_file;  // the server's certificate (PEM)
@@ -62,6 +73,17 @@ class RedisServer {
   static std::unique_ptr<RedisServer> startTls(
       const RedisTls& tls, std::vector<std::string> extra_args = {},
       std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
+  /**
+   * A Sentinel: `redis-server DIR/sentinel.conf --sentinel` followed by the usual arguments (the
+   * command line's --bind, --port, --dir and --logfile win over the file) and `extra_args`.
+   * `config_lines` (e.g. "sentinel monitor m 127.0.0.1 6379 2") are written to the file once,
+   * before the first start: Sentinel rewrites its file as it learns about replicas and other
+   * Sentinels, so restart() keeps what it learned. client() talks to the Sentinel; readiness is
+   * checked as for a server (PING and INFO's process_id).
+   */
+  static std::unique_ptr<RedisServer> startSentinel(
+      const std::vector<std::string>& config_lines, std::vector<std::string> extra_args = {},
+      std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -84,6 +106,11 @@ class RedisServer {
   /** The Unix socket of a TLS server ("" otherwise). */
   std::string unixSocket() const;
 
+  /** True for a server made by startSentinel(). */
+  bool sentinel() const { return sentinel_; }
+  /** The configuration file of a Sentinel ("" otherwise). */
+  std::string sentinelConfigFile() const;
+
   /** A new client connection to this server (its Unix socket for a TLS server). */
   RespClient client(std::chrono::milliseconds io_timeout = std::chrono::seconds(10)) const;
   /** The last lines of redis.log (and of the captured stdout/stderr, when not empty). */
@@ -91,6 +118,11 @@ class RedisServer {
 
  private:
   RedisServer(RedisTls tls, std::vector<std::string> extra_args,
+              std::chrono::milliseconds start_timeout);
+  struct SentinelMode {
+    std::vector<std::string> config_lines;
+  };
+  RedisServer(const SentinelMode& mode, std::vector<std::string> extra_args,
               std::chrono::milliseconds start_timeout);
   /** One start attempt on `port`; on failure stops the process and explains why in `why`. */
   bool startOn(uint16_t port, std::string* why);
@@ -102,6 +134,7 @@ class RedisServer {
   std::chrono::milliseconds start_timeout_;
   std::vector<std::pair<std::string, std::string>> env_;
   std::optional<RedisTls> tls_;
+  bool sentinel_ = false;
   uint16_t port_ = 0;
   Subprocess process_;
 };
