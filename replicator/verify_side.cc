@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/cluster_slot.h"
+#include "common/sentinel.h"
 #include "replicator/verify_routing.h"
 #include "target/slot_map.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 constexpr int kScanCount = 500;  // SCAN COUNT: work per SCAN call on the server
 
-/** A standalone server (and, once discovered, the master a Sentinel names): one connection. */
+/** A standalone server, or the master a Sentinel names: one connection. */
 class StandaloneSide final : public VerifySide {
  public:
   StandaloneSide(net::any_io_executor ex, const config::ClusterConfig& cc, const std::string& role,
@@ -34,8 +35,10 @@ class StandaloneSide final : public VerifySide {
   const std::string& label() const override { return conn_.label(); }
 
   net::awaitable<Status> connect() override {
-    const RedisEndpoint endpoint = cc_.endpoint();
-    Status s = co_await conn_.connect(endpoint, timeout_);  // TCP, TLS, AUTH
+    // A Sentinel-managed cluster is read at the master its Sentinels name.
+    auto node = co_await sentinel::resolveEndpoint(cc_, timeout_);
+    if (!node) co_return fail(node.error());
+    Status s = co_await conn_.connect(*node, timeout_);  // TCP, TLS, AUTH
     co_return s;
   }
 

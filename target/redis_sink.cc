@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/redis_conn.h"
+#include "common/sentinel.h"
 #include "target/marker.h"
 
 namespace xdcr::target {
@@ -30,14 +31,28 @@ RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipe
       stamp_key_(appliedStampKey(instance)) {}
 
 net::awaitable<Status> RedisSink::run() {
+  if (target_cluster_.isSentinel()) {
+    // A Sentinel-managed target keeps its old master writable for seconds after a failover
+    // (cluster-notes.md §3.6): what is written there is lost when it rejoins as a replica. Stop
+    // writing to it as soon as a Sentinel announces the switch; the next session rediscovers.
+    auto r = co_await (target_.runWriter() || target_.runReader() || followMaster());
+    co_return std::visit([](auto& s) { return s; }, r);
+  }
   auto r = co_await (target_.runWriter() || target_.runReader());
   co_return std::visit([](auto& s) { return s; }, r);
+}
+
+net::awaitable<Status> RedisSink::followMaster() {
+  const std::string master = target_.node().address();
+  Error moved = co_await sentinel::untilMasterMoves(target_cluster_, master, label_);
+  co_return fail(std::move(moved));
 }
 
 net::awaitable<Result<MarkerState>> RedisSink::readMarkers() {
   RedisConnection conn(co_await net::this_coro::executor, label_ + " marker check");
   constexpr auto kTimeout = std::chrono::seconds(10);
-  if (Status s = co_await conn.connect(target_cluster_.endpoint(), kTimeout); !s) {
+  // The node the writer reached (a Sentinel-managed target's master as discovered).
+  if (Status s = co_await conn.connect(target_.node(), kTimeout); !s) {
     co_return fail(s.error());  // TCP, TLS, AUTH
   }
   const std::vector<std::vector<std::string>> get = {{"GET", marker_key_}, {"GET", stamp_key_}};

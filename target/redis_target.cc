@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/sentinel.h"
+
 namespace xdcr::target {
 namespace {
 
@@ -30,8 +32,13 @@ RedisTarget::RedisTarget(net::any_io_executor ex, const config::ClusterConfig& c
       progress_(ex) {}
 
 net::awaitable<Status> RedisTarget::connect() {
+  // Where: the address, or the master the Sentinels name now (a failover moves it; READONLY or
+  // a +switch-master ends the session, and the next one asks again).
+  auto node = co_await sentinel::resolveEndpoint(cluster_, kConnectTimeout);
+  if (!node) co_return fail(node.error());
+  node_ = std::move(*node);
   // TCP, TLS (certificate checked before anything is sent), AUTH.
-  if (auto r = co_await conn_.connect(cluster_.endpoint(), kConnectTimeout); !r) {
+  if (auto r = co_await conn_.connect(node_, kConnectTimeout); !r) {
     co_return r;
   }
   std::vector<std::string_view> ping{"PING"};

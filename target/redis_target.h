@@ -44,8 +44,14 @@ class RedisTarget {
   RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
               PipelineStats& stats, const clock::Clock& clock);
 
-  /** Connects, authenticates, checks the target answers PING, reads its proto-max-bulk-len. */
+  /**
+   * Connects (for a Sentinel-managed target: to the master the Sentinels name now), authenticates,
+   * checks the target answers PING, reads its proto-max-bulk-len.
+   */
   net::awaitable<Status> connect();
+  /** The node connect() reached: the session's other connections (the marker check, the
+   *  stale-key scan) go to the same one. */
+  const RedisEndpoint& node() const { return node_; }
   /** The largest bulk string the target accepts (its proto-max-bulk-len; 512 MiB if unknown). */
   uint64_t maxBulkLength() const { return max_bulk_; }
 
@@ -97,6 +103,7 @@ class RedisTarget {
 
   const config::ClusterConfig& cluster_;
   const clock::Clock& clock_;
+  RedisEndpoint node_;
   RedisConnection conn_;
   PipelineStats& stats_;
   std::string pending_;

@@ -59,6 +59,24 @@ std::vector<ReplicaInfo> replicasOf(const std::map<std::string, std::string>& re
   return replicas;
 }
 
+bool waitReplicaCaughtUp(const RedisServer& master, const RedisServer& replica,
+                         std::chrono::milliseconds timeout) {
+  return waitUntil(
+      [&] {
+        try {
+          RespClient m = master.client(std::chrono::seconds(2));
+          const int64_t wanted = std::stoll(m.info("replication")["master_repl_offset"]);
+          RespClient r = replica.client(std::chrono::seconds(2));
+          auto info = r.info("replication");
+          return info["master_link_status"] == "up" &&
+                 std::stoll(info["slave_repl_offset"]) >= wanted;
+        } catch (const std::exception&) {
+          return false;  // not answering, or a field missing: not yet
+        }
+      },
+      timeout, std::chrono::milliseconds(10));
+}
+
 RedisServer::RedisServer(std::vector<std::string> extra_args,
                          std::chrono::milliseconds start_timeout)
     : dir_("xdcr-redis"), extra_args_(std::move(extra_args)), start_timeout_(start_timeout) {

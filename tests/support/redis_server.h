@@ -31,6 +31,17 @@ struct ReplicaInfo {
 /** The replicas a master lists in its INFO replication (as returned by RespClient::info()). */
 std::vector<ReplicaInfo> replicasOf(const std::map<std::string, std::string>& replication_info);
 
+class RedisServer;
+
+/**
+ * Waits (bounded) until `replica` has a link up to its master and has processed the master's
+ * whole replication stream as of the call (slave_repl_offset >= the master's
+ * master_repl_offset, read first). WAIT on a fresh connection does not do this: it only waits
+ * for that connection's own writes. False on timeout.
+ */
+bool waitReplicaCaughtUp(const RedisServer& master, const RedisServer& replica,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
 /** TLS for a test server (see RedisServer::startTls). */
 struct RedisTls {
   std::string cert_file;  // the server's certificate (PEM)
