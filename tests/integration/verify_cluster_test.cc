@@ -6,6 +6,7 @@
 // extra); then one key removed from the target, one value changed and one deadline moved must be
 // reported as one missing, one value and one deadline difference (exit 1), and a key only on the
 // target as one extra. The agent's own __xdcr_marker__ keys on either side count as nothing.
+// Also a cluster source with a Sentinel-managed target (read at the master the Sentinels name).
 //
 // And verify on a cluster whose slots move while it reads: a slot half migrated by hand (ASK for
 // the keys already moved), then a reshard during a slow verify (MOVED for every key of the moved
@@ -247,6 +248,23 @@ TEST_F(VerifyClusterTest, ClusterSourceAndClusterTargetWithAnotherSlotMap) {
   ClusterClient dst = target.client();
   ASSERT_EQ(dst.masterAddresses().size(), 4u);
   checkScenario("cluster-to-cluster", clusterYaml(source), src, clusterYaml(target), dst);
+}
+
+// A Sentinel-managed target is a standalone side reached at the master its Sentinels name
+// (common/sentinel.h): the two kinds of side together.
+TEST_F(VerifyClusterTest, ClusterSourceAndSentinelManagedTarget) {
+  RedisCluster source(clusterOptions(3));
+  SentinelSet target;
+  ClusterClient src = source.client();
+  ClusterClient dst({target.master().address()});
+  ASSERT_FALSE(dst.clusterMode());
+  std::string sentinels;
+  for (const std::string& s : target.sentinels()) {
+    sentinels += (sentinels.empty() ? "\"" : ", \"") + s + "\"";
+  }
+  const std::string target_yaml = "{type: redis_sentinel, master_name: \"" + target.masterName() +
+                                  "\", sentinels: [" + sentinels + "]}";
+  checkScenario("cluster-to-sentinel", clusterYaml(source), src, target_yaml, dst);
 }
 
 TEST_F(VerifyClusterTest, FollowsAskAndMovedWhileTheTargetsSlotsMove) {
