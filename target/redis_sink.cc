@@ -13,6 +13,11 @@ namespace xdcr::target {
 
 using namespace net::experimental::awaitable_operators;
 
+namespace {
+// How long a checkpoint's marker waits for a Sentinel-managed target's replica (WAIT).
+constexpr std::chrono::milliseconds kWaitTimeout{2000};
+}  // namespace
+
 RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
                      const std::string& instance, const config::ClusterConfig& target_cluster,
                      filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
@@ -117,11 +122,12 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
   applier_.beginUnit(false);
   applier_.appendMarker(marker_key_, token);
   target_.commit(applier_.finishUnit(target_.pending()), offset);
+  const uint64_t marker_seq = target_.committedCommands();
   // The previous value must be what this sink left there: anything else is another writer of
   // this pipeline's marker — a second agent replicating the same pipeline into this target,
   // which would apply every non-idempotent write twice.
   target_.expectReply(
-      target_.committedCommands(), last_marker_,
+      marker_seq, last_marker_,
       [this, ours = std::string(token)](const std::optional<std::string>& found) -> Status {
         const std::string what = fmt::format(
             "pipeline {}: another writer replaced this pipeline's marker {} on target {} since "
@@ -142,6 +148,27 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
                                            "agent"));
       });
   last_marker_ = std::string(token);
+  if (target_.waitReplicas() > 0) {
+    // A Sentinel-managed target: the checkpoint counts once the replica a failover would promote
+    // has its marker (and so everything before it): the old master keeps taking writes for a
+    // second after a failover and loses them, so a marker only it had would not be found.
+    const std::string replicas = std::to_string(target_.waitReplicas());
+    const std::string timeout = std::to_string(kWaitTimeout.count());
+    resp::appendCommand(target_.pending(), {"WAIT", replicas, timeout});
+    target_.commit(1, offset);
+    target_.onReply(target_.committedCommands(), [this](const resp::ReplyInfo& reply) -> Status {
+      if (reply.type == resp::ReplyType::Integer && reply.integer >= target_.waitReplicas()) {
+        return Status{};
+      }
+      // Not on the replica: the checkpoint must not count (a failover now would lose it). A
+      // replica that stopped answering, or an old master whose replica was just promoted: the
+      // next session looks again (and waits for no replica if none is online).
+      return fail(Error::io(fmt::format(
+          "{}: the target's replica did not confirm a checkpoint's marker within {} ms (WAIT "
+          "answered {}); reconnecting",
+          label_, kWaitTimeout.count(), reply.integer)));
+    });
+  }
 }
 
 void RedisSink::beginSnapshot(bool record_keys) {
