@@ -12,6 +12,7 @@
 #include "clock/ntp_selection.h"
 #include "clock/nts.h"
 #include "clock/redis_time.h"
+#include "common/sentinel.h"
 
 namespace xdcr::clock {
 namespace {
@@ -139,7 +140,13 @@ net::awaitable<void> SkewMonitor::checkCluster(const config::ClusterConfig& clus
   Status ready;
   if (!conn) {
     conn = std::make_unique<RedisConnection>(ex_, label);
-    ready = co_await conn->connect(cluster.endpoint(), options_.redis_timeout);  // TLS, AUTH
+    // A Sentinel itself has no TIME: the master its Sentinels name (kept until a probe fails).
+    auto node = co_await sentinel::resolveEndpoint(cluster, options_.redis_timeout);
+    if (node) {
+      ready = co_await conn->connect(*node, options_.redis_timeout);  // TLS, AUTH
+    } else {
+      ready = fail(node.error());
+    }
   }
   // (No co_await inside ?: — GCC 12 destroys the temporaries of such an expression twice.)
   Result<RedisTimeSample> sample = fail(Error::io("not probed"));

@@ -280,22 +280,30 @@ net::awaitable<Result<std::vector<resp::Value>>> RedisConnection::callMany(
     resp::appendCommand(out, args);
   }
   if (auto w = co_await writeAll(out); !w) co_return fail(w.error());
-  std::vector<resp::Value> replies(commands.size());
-  for (auto& v : replies) {
-    for (;;) {
-      auto pr = resp::parseValue(buf_.data(), v);
-      if (pr.status == resp::ParseStatus::Complete) {
-        buf_.consume(pr.consumed);
-        break;
-      }
-      if (pr.status == resp::ParseStatus::Error) {
-        co_return fail(Error::protocol(fmt::format("{}: malformed reply: {}", label_, pr.error)));
-      }
-      auto r = co_await readSomeWithTimeout(timeout);
-      if (!r) co_return fail(r.error());
-    }
+  std::vector<resp::Value> replies;
+  replies.reserve(commands.size());
+  for (size_t i = 0; i < commands.size(); ++i) {
+    auto v = co_await readValue(timeout);
+    if (!v) co_return fail(v.error());
+    replies.push_back(std::move(*v));
   }
   co_return replies;
+}
+
+net::awaitable<Result<resp::Value>> RedisConnection::readValue(std::chrono::milliseconds timeout) {
+  resp::Value v;
+  for (;;) {
+    auto pr = resp::parseValue(buf_.data(), v);
+    if (pr.status == resp::ParseStatus::Complete) {
+      buf_.consume(pr.consumed);
+      co_return v;
+    }
+    if (pr.status == resp::ParseStatus::Error) {
+      co_return fail(Error::protocol(fmt::format("{}: malformed reply: {}", label_, pr.error)));
+    }
+    auto r = co_await readSomeWithTimeout(timeout);
+    if (!r) co_return fail(r.error());
+  }
 }
 
 net::awaitable<Result<std::vector<std::string>>> RedisConnection::scanPage(

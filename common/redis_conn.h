@@ -80,6 +80,12 @@ class RedisConnection {
    */
   net::awaitable<Result<std::vector<std::string>>> scanPage(std::string& cursor, int count,
                                                             std::chrono::milliseconds timeout);
+  /**
+   * Reads the next whole reply without sending anything: a message pushed to a subscriber
+   * (SUBSCRIBE), or the reply to a command written with writeAll(). Fails after `timeout` without
+   * a complete reply (what was read stays buffered).
+   */
+  net::awaitable<Result<resp::Value>> readValue(std::chrono::milliseconds timeout);
   /** Reads one CRLF line (without CRLF), skipping bare "\n" keepalives before it. */
   net::awaitable<Result<std::string>> readLine(std::chrono::milliseconds timeout);
 

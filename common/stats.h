@@ -82,6 +82,10 @@ constexpr size_t idx(E e) {
   COUNTER(full_syncs, "xdcr_full_syncs_total", "", "Full resyncs (snapshot transfers).")           \
   COUNTER(partial_syncs, "xdcr_partial_syncs_total", "",                                           \
           "Partial resyncs (resumes from a checkpoint).")                                          \
+  /* shard: the source node the failover led to ("host:port") */                                   \
+  COUNTER_BY_KEY(source_failovers, "shard", "xdcr_source_failovers_total", "",                     \
+                 "Failovers of the source followed without a full sync (a partial resync under "   \
+                 "the new master's replication id).")                                              \
   COUNTER(target_loss_resyncs, "xdcr_target_loss_resyncs_total", "",                               \
           "Full resyncs started because the target had lost data a checkpoint counted as "         \
           "written.")                                                                              \

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -46,6 +47,8 @@ nlohmann::json headerJson(const std::string& pipeline, const Checkpoint& cp) {
   j["source"] = cp.source_address;
   j["marker"] = cp.marker;
   j["next_marker"] = cp.next_marker;
+  j["data_offset"] = cp.data_offset;
+  j["data_db"] = cp.data_db;
   return j;
 }
 
@@ -58,6 +61,8 @@ void parseHeader(std::string_view text, Checkpoint& cp) {
   cp.source_address = j.value("source", "");
   cp.marker = j.value("marker", "");
   cp.next_marker = j.value("next_marker", "");
+  cp.data_offset = std::min(j.value("data_offset", cp.position.offset), cp.position.offset);
+  cp.data_db = j.contains("data_offset") ? j.value("data_db", cp.db) : cp.db;
 }
 
 template <class T>

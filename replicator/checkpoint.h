@@ -43,6 +43,17 @@ struct Checkpoint {
    */
   std::string marker;
   std::string next_marker;
+  /**
+   * Where the stream last carried data: the end of the last unit up to `position` that was not
+   * only framing (PING, REPLCONF, SELECT, a Sentinel's hello), and the source db in effect there.
+   * Resuming there is resuming at `position` (framing changes nothing on a target or in the
+   * expiry index). After a failover it is what counts: a promoted replica shares the old
+   * master's history only up to the failover point, and what the old master sent after it is
+   * often framing only (the Sentinels' hellos, cluster-notes.md §3.6). Equal to `position`/`db`
+   * when nothing but data came before it, and in checkpoints of older versions.
+   */
+  uint64_t data_offset = 0;
+  int data_db = 0;
 };
 
 class CheckpointStore {

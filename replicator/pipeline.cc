@@ -88,8 +88,11 @@ Status Pipeline::open(source::ExpiryIndex& index) {
   auto cp = store_.load(index);
   if (!cp) return fail(cp.error());
   resume_ = *cp;
-  if (resume_ && !resume_->source_address.empty() &&
-      resume_->source_address != source_cluster_.address()) {
+  // For one server the address is its identity. A Sentinel-managed master or a cluster shard
+  // moves between nodes: there the replication history (the replid PSYNC offers) is the
+  // identity, and a changed address is a failover to follow, not a new source.
+  if (resume_ && source_cluster_.kind == config::ClusterKind::Redis &&
+      !resume_->source_address.empty() && resume_->source_address != source_cluster_.address()) {
     spdlog::warn(
         "pipeline {}: checkpoint {} was taken from source {}, now {}; starting over "
         "with a full resync",

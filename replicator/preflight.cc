@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/redis_conn.h"
+#include "common/sentinel.h"
 
 namespace xdcr::replicator {
 namespace {
@@ -42,7 +43,12 @@ net::awaitable<void> readRunId(const config::ClusterConfig& cluster,
                        fmt::format("cluster {} ({})", cluster.name, cluster.address()));
   const std::vector<std::vector<std::string>> info = {{"INFO", "server"}};
   std::string why;
-  if (auto s = co_await conn.connect(cluster.endpoint(), timeout); !s) {
+  // A Sentinel-managed cluster: the master its Sentinels name (the Sentinel's own run_id would
+  // say nothing about the data).
+  auto node = co_await sentinel::resolveEndpoint(cluster, timeout);
+  if (!node) {
+    why = node.error().message;
+  } else if (auto s = co_await conn.connect(*node, timeout); !s) {
     why = s.error().message;
   } else if (auto r = co_await conn.callMany(info, timeout); !r) {
     why = r.error().message;

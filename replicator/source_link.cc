@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/redis_conn.h"
+#include "common/sentinel.h"
 #include "replicator/migration_guard.h"
 #include "replicator/supervision.h"
 #include "source/redis_shard_source.h"
@@ -21,9 +24,57 @@ namespace {
 
 using namespace net::experimental::awaitable_operators;
 
+// Each step of the Sentinels' discovery (connect, ask, check the master's ROLE).
+constexpr auto kDiscoveryTimeout = std::chrono::seconds(10);
+
 bool isGetAck(const source::Change& c) {
   return c.entry != nullptr && c.entry->args.size() >= 2 &&
          resp::iequals(c.entry->args[0], "replconf") && resp::iequals(c.entry->args[1], "getack");
+}
+
+/** False for a unit that is only framing: PING, REPLCONF, SELECT, a Sentinel's hello. */
+bool carriesData(const source::ResolvedUnit& unit) {
+  for (const auto& c : unit.view()) {
+    switch (c.effect) {
+      case source::Effect::Select:
+      case source::Effect::Multi:
+      case source::Effect::Exec:
+      case source::Effect::Heartbeat:
+        break;
+      default:
+        return true;
+    }
+  }
+  return false;
+}
+
+/** master_replid, master_replid2 and second_repl_offset of a node (INFO replication). */
+struct History {
+  std::string replid, replid2;
+  int64_t second_offset = -1;
+};
+
+net::awaitable<Result<History>> readHistory(const RedisEndpoint& node, const std::string& label) {
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  RedisConnection conn(co_await net::this_coro::executor, label + " history check");
+  if (auto s = co_await conn.connect(node, kTimeout); !s) co_return fail(s.error());
+  const std::vector<std::vector<std::string>> info = {{"INFO", "replication"}};
+  auto r = co_await conn.callMany(info, kTimeout);
+  conn.close();
+  if (!r) co_return fail(r.error());
+  if ((*r)[0].isError()) co_return fail(Error::refused((*r)[0].str));
+  History h;
+  std::istringstream in((*r)[0].str);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = line.substr(0, colon), value = line.substr(colon + 1);
+    if (key == "master_replid") h.replid = value;
+    if (key == "master_replid2") h.replid2 = value;
+    if (key == "second_repl_offset") h.second_offset = std::strtoll(value.c_str(), nullptr, 10);
+  }
+  co_return h;
 }
 
 double seconds(std::chrono::steady_clock::duration d) {
@@ -158,6 +209,16 @@ net::awaitable<void> SourceLink::run() {
     }
     if (stopping_ || pipelines_.empty()) break;
     const std::string why = s ? "session ended" : s.error().message;
+    if (master_moved_) {
+      // Not a failure: the Sentinels named a new master. Go there at once, no backoff.
+      master_moved_ = false;
+      spdlog::info("{}: {}", label(), why);
+      for (Pipeline* p : pipelines_) {
+        ++p->mutableStats().reconnects;
+        p->setState(PipelineState::Reconnecting);
+      }
+      continue;
+    }
     spdlog::error("{}: {}", label(), why);
     for (Pipeline* p : pipelines_) {
       p->setLastError(why);
@@ -236,6 +297,8 @@ Status SourceLink::loadCheckpoints() {
   if (base != nullptr) {
     resume_at_ = base->p->resumePoint()->position;
     resume_db_ = base->p->resumePoint()->db;
+    resume_data_ = {resume_at_->replid, base->p->resumePoint()->data_offset,
+                    base->p->resumePoint()->data_db};
     index_ = std::move(const_cast<Loaded*>(base)->index);
     // Journal the index's changes from the loaded state on; without a checkpoint there is a
     // full sync first, whose end writes a whole image.
@@ -326,6 +389,7 @@ net::awaitable<Status> SourceLink::session() {
       index_.clearAll();
     }
     m.skip_until = skip->until;
+    m.stamp = skip->until;
     m.sink->setSlotReplaySkip(std::move(skip->slots));
     if (m.p->resumePoint() && resume_at_ &&
         m.p->resumePoint()->position.offset > resume_at_->offset) {
@@ -337,12 +401,33 @@ net::awaitable<Status> SourceLink::session() {
   }
   if (result && live() > 0) {
     // Where to read from now: a shard's or a Sentinel's master moves with failovers; the
-    // session ends as soon as discovery says the node is no longer the one.
+    // session ends as soon as discovery says the node is no longer the one. A Sentinel-managed
+    // master is the one the Sentinels name now (and that says it is one).
     std::shared_ptr<source::Locator> locator = pipelines_.front()->locator();
-    auto node = co_await locator->locate();
+    Result<source::NodeChoice> node = fail(Error::io("no node"));
+    if (source_cluster_.isSentinel()) {
+      auto master = co_await sentinel::resolveEndpoint(source_cluster_, kDiscoveryTimeout);
+      if (master) {
+        node = source::NodeChoice{*master, "master"};
+      } else {
+        node = fail(master.error());
+      }
+    } else {
+      node = co_await locator->locate();
+    }
     if (!node) {
       result = fail(node.error());
     } else {
+      shard_ = node->endpoint.address();
+      for (auto& m : members_) {
+        if (!m.gone) m.p->mutableStats().source_failovers[shard_];  // the series exists at 0
+      }
+      // A standalone or Sentinel-managed source whose history forked from the checkpoint's (a
+      // promoted replica); a cluster shard's failovers are its locator's.
+      if (resume_at_ && !source_cluster_.isRedisCluster()) {
+        const RedisEndpoint endpoint = node->endpoint;
+        co_await alignWithHistory(endpoint);
+      }
       source::RedisShardSource source(ex_, source_cluster_,
                                       fmt::format("{} node {}", label(), node->endpoint.address()),
                                       index_, source_clock_);
@@ -351,8 +436,16 @@ net::awaitable<Status> SourceLink::session() {
         p->setSourceNode(fmt::format("{}{}", node->endpoint.address(),
                                      node->role.empty() ? "" : " (" + node->role + ")"));
       }
-      auto r = co_await (streamSide(source) || watchSinks() || watchNode(*locator, *node));
-      result = std::visit([](auto& s) { return s; }, r);
+      if (source_cluster_.isSentinel()) {
+        spdlog::info("{}: attaching to master {}", label(), shard_);
+        // Never stay attached to a node the Sentinels no longer call master: the old master
+        // keeps streaming bytes of a history the new one never has (cluster-notes.md §3.6).
+        auto r = co_await (streamSide(source) || watchSinks() || followMaster(shard_));
+        result = std::visit([](auto& s) { return s; }, r);
+      } else {
+        auto r = co_await (streamSide(source) || watchSinks() || watchNode(*locator, *node));
+        result = std::visit([](auto& s) { return s; }, r);
+      }
     }
   }
   // Join: every sink's run() must have returned before its Member goes away.
@@ -371,6 +464,72 @@ net::awaitable<Status> SourceLink::watchNode(source::Locator& locator,
   co_return fail(Error::io(
       fmt::format("{} is no longer the node to read from (a failover); attaching to the new one",
                   node.endpoint.address())));
+}
+
+net::awaitable<Status> SourceLink::followMaster(std::string master) {
+  const std::string who = "source " + source_cluster_.name;  // (an lvalue: GCC 12)
+  Error moved = co_await sentinel::untilMasterMoves(source_cluster_, master, who);
+  master_moved_ = true;
+  co_return fail(std::move(moved));
+}
+
+net::awaitable<void> SourceLink::alignWithHistory(const RedisEndpoint& node) {
+  const std::string who = label();
+  auto history = co_await readHistory(node, who);
+  if (!history) {
+    spdlog::debug("{}: cannot read INFO replication of {}: {}", who, node.address(),
+                  history.error().message);
+    co_return;
+  }
+  // Only a node whose history forked from the checkpoint's: a promoted replica (its replid2 is
+  // the checkpoint's replid) shares it up to `fork`, the last offset of both (PSYNC <old id>
+  // <offset+1> is accepted up to offset+1 == second_repl_offset, cluster-notes.md §3.1).
+  if (history->replid == resume_at_->replid || history->replid2 != resume_at_->replid ||
+      history->second_offset < 1) {
+    co_return;
+  }
+  const auto fork = static_cast<uint64_t>(history->second_offset - 1);
+  // How far into the old history the targets may hold data: what this link last handed them
+  // (this process), each checkpoint's last data, each target's replay stamp. Past the fork is
+  // what the old master took after the failover and the new one never had (cluster-notes.md
+  // §3.3, §3.6): the targets hold writes the source lost, only a full sync makes them whole.
+  uint64_t held = resume_data_.offset;
+  if (data_end_.replid == resume_at_->replid) held = std::max(held, data_end_.offset);
+  for (const auto& m : members_) {
+    if (m.gone) continue;
+    held = std::max(held, m.stamp);
+    const auto& own = m.p->resumePoint();
+    if (own && own->position.replid == resume_at_->replid) {
+      held = std::max(held, own->data_offset);
+    }
+  }
+  if (held > fork) {
+    spdlog::warn(
+        "{}: the targets hold writes of the old master up to offset {}, past the failover point "
+        "{}: {} never had them (writes the source lost in the failover); a full sync follows",
+        who, held, fork, node.address());
+    resume_at_.reset();
+    index_.setJournaling(false);
+    index_.clearAll();
+    for (auto& m : members_) m.skip_until = 0;
+    co_return;
+  }
+  // Past the fork the offsets are the new history's: nothing there was written before, whatever
+  // a checkpoint ahead of the link's or a replay stamp says.
+  for (auto& m : members_) m.skip_until = std::min(m.skip_until, fork);
+  if (resume_at_->offset <= fork) co_return;  // PSYNC continues as is
+  // Only framing (pings, the Sentinels' hellos) came after the last data, so resuming anywhere
+  // from there to the fork skips nothing; the fork is the latest such point, the surest to be in
+  // the new master's backlog (a node just re-synced keeps a short one). The db in effect there
+  // does not matter: a promoted replica starts its stream with a SELECT (replicationUnsetMaster
+  // resets slaveseldb).
+  spdlog::info(
+      "{}: the old master sent only framing (pings, Sentinel hellos) after the last data (offset "
+      "{}) up to the checkpoint's offset {}; the new master's history forked at {}: resuming "
+      "there",
+      who, held, resume_at_->offset, fork);
+  resume_at_->offset = fork;
+  resume_db_ = resume_data_.db;
 }
 
 net::awaitable<Status> SourceLink::watchSinks() {
@@ -420,8 +579,17 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
     co_return fail(kind.error());
   }
   const uint64_t at = source.position().offset;
+  // +CONTINUE under a new replication id: the history went on through a failover (a promoted
+  // replica's replid2 is the old id, cluster-notes.md §3.1) and was followed without a full sync.
+  const bool failover = *kind == source::SyncKind::Partial && resume_at_ &&
+                        source.position().replid != resume_at_->replid;
+  if (failover) {
+    spdlog::info("{}: followed a failover without a full sync: history {} continues as {} on {}",
+                 label(), resume_at_->replid, source.position().replid, shard_);
+  }
   for (auto& m : members_) {
     if (m.gone) continue;
+    if (failover) ++m.p->mutableStats().source_failovers[shard_];
     if (*kind == source::SyncKind::Partial) {
       ++m.p->mutableStats().partial_syncs;
     } else {
@@ -435,6 +603,7 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
     m.p->setLag(0);
   }
   received_offset_ = at;
+  data_end_ = {source.position().replid, at, source.currentDb()};
   arrivals_.clear();
   if (*kind == source::SyncKind::Full) {
     for (auto& m : members_) {
@@ -643,6 +812,8 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
       if (!m.gone) m.sink->apply(unit, unit.offset_end > m.skip_until);
     }
     source.consume(unit);
+    if (carriesData(unit))
+      data_end_ = {source.position().replid, unit.offset_end, source.currentDb()};
   }
 }
 
@@ -837,6 +1008,8 @@ Checkpoint SourceLink::makeCheckpoint(const source::Source& source, Pipeline& p)
   cp.source_address = source_cluster_.address();
   cp.marker = p.nextMarker();
   cp.next_marker = target::newMarkerToken();
+  cp.data_offset = std::min(data_end_.offset, cp.position.offset);
+  cp.data_db = cp.data_offset == cp.position.offset ? cp.db : data_end_.db;
   return cp;
 }
 

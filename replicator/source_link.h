@@ -90,6 +90,7 @@ class SourceLink final : private source::SnapshotConsumer {
     bool gone = false;               // detached or left during this session
     std::optional<Error> failed;     // sink->run() returned this
     uint64_t skip_until = 0;         // units ending at or before this are not written again
+    uint64_t stamp = 0;              // the target's replay stamp (applied up to), 0 = none
     MemberHold hold;                 // what supervision saw last (replicator/supervision.h)
     std::optional<PendingCheckpoint> pending;
   };
@@ -111,6 +112,18 @@ class SourceLink final : private source::SnapshotConsumer {
   net::awaitable<Status> watchNode(source::Locator& locator, const source::NodeChoice& node);
   /** Returns when a single member's sink failed (that ends the session). */
   net::awaitable<Status> watchSinks();
+  /** Redis Sentinel: returns (an error that ends the session) when the Sentinels move the
+   *  master away from `master`, the node this session is attached to. */
+  net::awaitable<Status> followMaster(std::string master);
+  /**
+   * Before resuming on `node`, when its history forked from the checkpoint's (a promoted
+   * replica: master_replid2 is the checkpoint's replid): targets that may hold data of the old
+   * history past the fork get a full sync (the source lost those writes); otherwise replay
+   * stamps and checkpoints ahead of the link are capped at the fork, and a checkpoint past it
+   * (only framing came after the last data) resumes at the fork. Needs INFO on the node;
+   * without it nothing changes.
+   */
+  net::awaitable<void> alignWithHistory(const RedisEndpoint& node);
   /** Loads every member's checkpoint and picks where the link resumes (members that cannot
    *  join it are detached). */
   Status loadCheckpoints();
@@ -167,8 +180,18 @@ class SourceLink final : private source::SnapshotConsumer {
   MemberFn on_stopped_;
   clock::ClusterClock source_clock_;
   source::ExpiryIndex index_;
+  std::string shard_;  // the node of this session ("host:port"): the metrics' shard label
   std::optional<source::Position> resume_at_;
   int resume_db_ = 0;
+  /** Where the stream last carried data (Checkpoint::data_offset/data_db): of the checkpoint the
+   *  link resumes from, and of what the link consumed last (kept across sessions). */
+  struct DataMark {
+    std::string replid;
+    uint64_t offset = 0;
+    int db = 0;
+  };
+  DataMark resume_data_;
+  DataMark data_end_;
 
   Members members_;  // this session's
   source::Source* live_source_ = nullptr;
@@ -177,6 +200,7 @@ class SourceLink final : private source::SnapshotConsumer {
   bool reading_source_ = false;
   bool ack_requested_ = false;
   bool member_leaving_ = false;
+  bool master_moved_ = false;  // the session ended because the Sentinels switched the master
   Notify stop_wake_;
   Notify ack_wake_;
   Notify sink_wake_;  // a member's sink ended

@@ -19,6 +19,7 @@
 #include "common/redis_conn.h"
 #include "common/stats.h"
 #include "filters/key_space.h"
+#include "replicator/verify_side.h"
 #include "source/expiry_index.h"
 #include "target/marker.h"
 #include "target/max_ttl.h"
@@ -30,8 +31,7 @@ namespace net = boost::asio;
 using Cmd = std::vector<std::string>;
 
 constexpr auto kTimeout = std::chrono::seconds(10);
-constexpr size_t kBatch = 100;   // keys per pipelined round trip
-constexpr int kScanCount = 500;  // SCAN COUNT: work per SCAN call on the server
+constexpr size_t kBatch = 100;  // keys per pipelined round trip (per side)
 constexpr size_t kMaxExamples = 20;
 
 enum class Verdict { Ok, Missing, Value, Ttl, SourceGone, EndedByMaxTtl };
@@ -117,8 +117,8 @@ class Verifier {
         src_cfg_(*cfg.cluster(pipe.source)),
         dst_cfg_(*cfg.cluster(pipe.target)),
         opt_(std::move(opt)),
-        src_(ex, fmt::format("source {} ({})", src_cfg_.name, src_cfg_.address())),
-        dst_(ex, fmt::format("target {} ({})", dst_cfg_.name, dst_cfg_.address())),
+        src_(VerifySide::make(ex, src_cfg_, "source", kTimeout)),
+        dst_(VerifySide::make(ex, dst_cfg_, "target", kTimeout)),
         local_clock_(),
         keys_(std::make_shared<const filters::KeySpace>(pipe)),
         policy_(dst_cfg_.buckets) {}
@@ -126,30 +126,26 @@ class Verifier {
   net::awaitable<int> run();
 
  private:
-  net::awaitable<Status> connect(RedisConnection& c, const config::ClusterConfig& cc);
-  net::awaitable<Status> select(RedisConnection& c, int db, int& current);
-  net::awaitable<Result<std::vector<KeyState>>> readStates(RedisConnection& c,
+  net::awaitable<Result<std::vector<KeyState>>> readStates(VerifySide& side, int db,
                                                            const std::vector<std::string>& keys);
   net::awaitable<Status> checkBatch(std::vector<KeyRef>& batch);
   net::awaitable<Status> countExtra();
   net::awaitable<void> pace(size_t keys);
   Verdict judge(const KeyRef& k, const KeyState& s, const KeyState& t, std::string& detail) const;
   void report(const KeyRef& k, Verdict v, const std::string& detail);
-  net::awaitable<Result<std::vector<int>>> sourceDbs();
 
   const config::Config& cfg_;
   const config::PipelineConfig& pipe_;
   const config::ClusterConfig& src_cfg_;
   const config::ClusterConfig& dst_cfg_;
   VerifyOptions opt_;
-  RedisConnection src_, dst_;
+  std::unique_ptr<VerifySide> src_, dst_;  // a server, or a Redis Cluster's slot map and masters
   clock::SystemClock local_clock_;
   filters::KeySpaceConstSharedPtr keys_;  // the same key space the pipeline's sink writes
   target::MaxTtlPolicy policy_;
 
-  int src_db_ = -1, dst_db_ = -1;  // selected on each connection
-  int64_t shift_ms_ = 0;           // compensation Δ expected on every deadline
-  int64_t target_offset_ms_ = 0;   // θ_target: the target's clock − ours
+  int64_t shift_ms_ = 0;          // compensation Δ expected on every deadline
+  int64_t target_offset_ms_ = 0;  // θ_target: the target's clock − ours
   std::chrono::steady_clock::time_point paced_from_;
   size_t paced_keys_ = 0;
 
@@ -158,31 +154,14 @@ class Verifier {
   std::vector<nlohmann::json> examples_;
 };
 
-net::awaitable<Status> Verifier::connect(RedisConnection& c, const config::ClusterConfig& cc) {
-  Status s = co_await c.connect(cc.endpoint(), kTimeout);  // TCP, TLS, AUTH
-  co_return s;
-}
-
-net::awaitable<Status> Verifier::select(RedisConnection& c, int db, int& current) {
-  if (db == current) co_return Status{};
-  const std::vector<std::vector<std::string>> cmd = {{"SELECT", std::to_string(db)}};
-  auto r = co_await c.callMany(cmd, kTimeout);
-  if (!r) co_return fail(r.error());
-  if ((*r)[0].isError()) {
-    co_return fail(Error::refused(fmt::format("{}: SELECT {}: {}", c.label(), db, (*r)[0].str)));
-  }
-  current = db;
-  co_return Status{};
-}
-
 net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
-    RedisConnection& c, const std::vector<std::string>& keys) {
+    VerifySide& side, int db, const std::vector<std::string>& keys) {
   std::vector<Cmd> first;
   for (const auto& k : keys) {
     first.push_back({"TYPE", k});
     first.push_back({"PEXPIRETIME", k});
   }
-  auto r1 = co_await c.callMany(first, kTimeout);
+  auto r1 = co_await side.callKeyed(db, first);
   if (!r1) co_return fail(r1.error());
   std::vector<KeyState> out(keys.size());
   std::vector<Cmd> second;
@@ -191,7 +170,7 @@ net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
     const auto& type = (*r1)[2 * i];
     const auto& ttl = (*r1)[2 * i + 1];
     if (type.isError()) {
-      co_return fail(Error::refused(fmt::format("{}: TYPE: {}", c.label(), type.str)));
+      co_return fail(Error::refused(fmt::format("{}: TYPE: {}", side.label(), type.str)));
     }
     out[i].type = type.str;
     out[i].deadline = ttl.type == resp::ReplyType::Integer && ttl.integer >= 0 ? ttl.integer : -1;
@@ -201,7 +180,7 @@ net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
     }
   }
   if (!second.empty()) {
-    auto r2 = co_await c.callMany(second, kTimeout);
+    auto r2 = co_await side.callKeyed(db, second);
     if (!r2) co_return fail(r2.error());
     for (size_t j = 0; j < which.size(); ++j) {
       KeyState& s = out[which[j]];
@@ -296,11 +275,9 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
       skeys.push_back(k.key);
       dkeys.push_back(k.dst_key);
     }
-    if (auto s = co_await select(src_, pending[0].src_db, src_db_); !s) co_return s;
-    if (auto s = co_await select(dst_, pending[0].dst_db, dst_db_); !s) co_return s;
-    auto ss = co_await readStates(src_, skeys);
+    auto ss = co_await readStates(*src_, pending[0].src_db, skeys);
     if (!ss) co_return fail(ss.error());
-    auto ts = co_await readStates(dst_, dkeys);
+    auto ts = co_await readStates(*dst_, pending[0].dst_db, dkeys);
     if (!ts) co_return fail(ts.error());
     std::vector<KeyRef> again;
     for (size_t i = 0; i < pending.size(); ++i) {
@@ -324,29 +301,16 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
   co_return Status{};
 }
 
-net::awaitable<Result<std::vector<int>>> Verifier::sourceDbs() {
-  // INFO keyspace lists the dbs that hold keys: "db0:keys=3,expires=1,avg_ttl=0".
-  const std::vector<std::vector<std::string>> cmd = {{"INFO", "keyspace"}};
-  auto r = co_await src_.callMany(cmd, kTimeout);
-  if (!r) co_return fail(r.error());
-  std::vector<int> dbs;
-  const std::string& text = (*r)[0].str;
-  for (size_t pos = text.find("\ndb"); pos != std::string::npos; pos = text.find("\ndb", pos + 1)) {
-    dbs.push_back(std::atoi(text.c_str() + pos + 3));
-  }
-  co_return dbs;
-}
-
 net::awaitable<Status> Verifier::countExtra() {
   // Target keys with no source key behind them, in the dbs this pipeline writes. The agent
   // leaves such keys alone by design (a full sync does not delete them), so they are reported,
-  // not counted as differences.
+  // not counted as differences. A db one side cannot have (a Redis Cluster's other than 0)
+  // receives nothing from this pipeline.
   for (auto [tdb, sdb] : keys_->sourceDbsByTarget()) {
-    if (auto s = co_await select(dst_, tdb, dst_db_); !s) co_return s;
-    if (auto s = co_await select(src_, sdb, src_db_); !s) co_return s;
-    std::string cursor = "0";
+    if (!dst_->hasDb(tdb) || !src_->hasDb(sdb)) continue;
+    VerifySide::ScanCursor cursor;
     do {
-      auto keys = co_await dst_.scanPage(cursor, kScanCount, kTimeout);
+      auto keys = co_await dst_->scanPage(tdb, cursor);
       if (!keys) co_return fail(keys.error());
       std::vector<Cmd> exists;
       for (const auto& tkey : *keys) {
@@ -356,27 +320,26 @@ net::awaitable<Status> Verifier::countExtra() {
         exists.push_back({"EXISTS", std::move(skey)});
       }
       if (!exists.empty()) {
-        auto e = co_await src_.callMany(exists, kTimeout);
+        auto e = co_await src_->callKeyed(sdb, exists);
         if (!e) co_return fail(e.error());
         for (const auto& x : *e) extra_ += x.integer == 0 ? 1 : 0;
         co_await pace(exists.size());
       }
-    } while (cursor != "0");
+    } while (!cursor.done);
   }
   co_return Status{};
 }
 
 net::awaitable<int> Verifier::run() {
-  for (auto* side : {&src_, &dst_}) {
-    const auto& cc = side == &src_ ? src_cfg_ : dst_cfg_;
-    if (auto s = co_await connect(*side, cc); !s) {
+  for (VerifySide* side : {src_.get(), dst_.get()}) {
+    if (auto s = co_await side->connect(); !s) {
       std::cerr << "verify: cannot connect: " << s.error().message << "\n";
       co_return 2;
     }
   }
   // The clocks: the target's now for the maxTTL bound, and Δ when the pipeline compensates.
-  auto ts = co_await clock::probeRedisTime(src_, 8, kTimeout);
-  auto td = co_await clock::probeRedisTime(dst_, 8, kTimeout);
+  auto ts = co_await clock::probeRedisTime(src_->clockConnection(), 8, kTimeout);
+  auto td = co_await clock::probeRedisTime(dst_->clockConnection(), 8, kTimeout);
   if (ts && td) {
     target_offset_ms_ = td->offset_ns / 1'000'000;
     const int64_t delta_ms = (td->offset_ns - ts->offset_ns) / 1'000'000;
@@ -385,7 +348,7 @@ net::awaitable<int> Verifier::run() {
       shift_ms_ = delta_ms;
     }
   }
-  auto dbs = co_await sourceDbs();
+  auto dbs = co_await src_->keyDbs();
   if (!dbs) {
     std::cerr << "verify: " << dbs.error().message << "\n";
     co_return 2;
@@ -394,9 +357,9 @@ net::awaitable<int> Verifier::run() {
   uint64_t total = 0;
   for (int db : *dbs) {
     if (keys_->mapDb(db) < 0) continue;
-    if (auto s = co_await select(src_, db, src_db_); !s) break;
-    const std::vector<Cmd> size = {{"DBSIZE"}};
-    if (auto r = co_await src_.callMany(size, kTimeout)) total += uint64_t((*r)[0].integer);
+    auto size = co_await src_->dbSize(db);
+    if (!size) break;
+    total += *size;
   }
   const uint64_t stride = opt_.sample > 0 ? std::max<uint64_t>(1, total / opt_.sample) : 1;
   uint64_t seen = 0;
@@ -406,20 +369,18 @@ net::awaitable<int> Verifier::run() {
   for (int db : *dbs) {
     const int tdb = keys_->mapDb(db);
     if (tdb < 0) continue;
-    std::string cursor = "0";
+    VerifySide::ScanCursor cursor;
     std::vector<KeyRef> batch;
     do {
-      if (auto s = co_await select(src_, db, src_db_); !s) {
-        status = s;
-        break;
-      }
-      auto keys = co_await src_.scanPage(cursor, kScanCount, kTimeout);
+      auto keys = co_await src_->scanPage(db, cursor);
       if (!keys) {
         status = fail(keys.error());
         break;
       }
       for (auto& key : *keys) {
-        if (!keys_->keyPasses(key) || seen++ % stride != 0) continue;
+        // The agent's own keys (markers, replay stamps of a pipeline into this source) are not
+        // data.
+        if (target::isMarkerKey(key) || !keys_->keyPasses(key) || seen++ % stride != 0) continue;
         if (opt_.sample > 0 && checked_ + batch.size() >= opt_.sample) break;
         auto [prefix, rest] = keys_->rewrite(key);
         std::string dst_key = std::string(prefix) + std::string(rest);
@@ -430,7 +391,7 @@ net::awaitable<int> Verifier::run() {
           co_await pace(n);
         }
       }
-    } while (status && cursor != "0" && (opt_.sample == 0 || checked_ < opt_.sample));
+    } while (status && !cursor.done && (opt_.sample == 0 || checked_ < opt_.sample));
     if (status && !batch.empty()) {
       const size_t n = batch.size();
       if (auto s = co_await checkBatch(batch); !s) status = s;
@@ -445,6 +406,10 @@ net::awaitable<int> Verifier::run() {
   }
 
   const bool differences = missing_ + values_ + ttls_ > 0;
+  VerifySide::Redirections redirects = src_->redirections();
+  redirects.moved += dst_->redirections().moved;
+  redirects.ask += dst_->redirections().ask;
+  redirects.busy += dst_->redirections().busy;
   if (opt_.json) {
     nlohmann::json j = {{"pipeline", pipe_.name},
                         {"checked", checked_},
@@ -456,6 +421,11 @@ net::awaitable<int> Verifier::run() {
                         {"source_gone", source_gone_},
                         {"skew_shift_ms", shift_ms_},
                         {"examples", examples_}};
+    if (src_->isCluster() || dst_->isCluster()) {
+      // Only with a Redis Cluster side: the standalone report keeps its shape.
+      j["redirections"] = {
+          {"moved", redirects.moved}, {"ask", redirects.ask}, {"busy", redirects.busy}};
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
@@ -474,6 +444,14 @@ net::awaitable<int> Verifier::run() {
           "verify: %llu source key(s) absent on the target where max_ttl may have ended "
           "them (not counted as missing)\n",
           static_cast<unsigned long long>(ended_by_max_ttl_));
+    }
+    if (redirects.moved + redirects.ask + redirects.busy > 0) {
+      std::printf(
+          "verify: followed %llu MOVED and %llu ASK redirections, waited out %llu "
+          "TRYAGAIN/CLUSTERDOWN (slots moved during the run)\n",
+          static_cast<unsigned long long>(redirects.moved),
+          static_cast<unsigned long long>(redirects.ask),
+          static_cast<unsigned long long>(redirects.busy));
     }
     if (shift_ms_ != 0) {
       std::printf(

@@ -42,6 +42,10 @@ void writtenKeys(const Change& c, const Entry& e, int db, EventKind kind, Deadli
 
 }  // namespace
 
+bool isSentinelHello(const Entry& e) {
+  return e.args.size() == 3 && iequals(e.args[0], "publish") && e.args[1] == "__sentinel__:hello";
+}
+
 bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::string* problem) {
   c.entry = &e;
   c.db = db;
@@ -50,6 +54,13 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
   c.spec = lookupCommand(e.args[0]);
   c.effect = c.spec ? c.spec->effect : Effect::Unknown;
   const size_t argc = e.args.size();
+  if (isSentinelHello(e)) {
+    // Every Sentinel publishes its hello to the master every 2 s, and a non-cluster master
+    // propagates PUBLISH to its replicas (cluster-notes.md §3.6): Sentinel's own traffic on
+    // the source's stream, not data. Framing: not forwarded, not counted.
+    c.effect = Effect::Heartbeat;
+    return true;
+  }
   if (c.spec) keyPositions(*c.spec, e.args.data(), argc, c.key_args);
   auto bad = [&](const char* what) {
     if (problem) *problem = what;

@@ -70,6 +70,12 @@ struct Change {
 };
 
 /**
+ * True for `PUBLISH __sentinel__:hello <payload>`: a Sentinel announcing itself through the
+ * master it monitors. Decoded as framing (Effect::Heartbeat): never forwarded or counted.
+ */
+bool isSentinelHello(const Entry& entry);
+
+/**
  * Decodes `entry`, run in source db `db`, into `out`: effect, and one event per key with the
  * deadline the command itself states (rules Explicit/None/Keep), or the rule by which filters/
  * must resolve it (Current/FromKey). `source_now_ms` converts the relative forms an older source

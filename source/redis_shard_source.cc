@@ -7,9 +7,10 @@ namespace xdcr::source {
 
 RedisShardSource::RedisShardSource(net::any_io_executor ex, const config::ClusterConfig& cluster,
                                    std::string label, ExpiryIndex& index,
-                                   const clock::ClusterClock& source_clock)
+                                   const clock::ClusterClock& source_clock,
+                                   std::optional<RedisEndpoint> node)
     : label_(label),
-      redis_(std::move(ex), cluster, std::move(label)),
+      redis_(std::move(ex), cluster, std::move(label), std::move(node)),
       resolver_(index, source_clock) {}
 
 net::awaitable<Result<SyncKind>> RedisShardSource::start(const Position* resume, int resume_db,

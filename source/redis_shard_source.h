@@ -2,6 +2,7 @@
 // The Source of one Redis master (standalone today; a cluster shard next): RedisSource's PSYNC
 // stream and snapshot, the RDB walker, and the Resolver over the expiry index.
 
+#include <optional>
 #include <string>
 
 #include "clock/clock.h"
@@ -16,8 +17,10 @@ namespace xdcr::source {
 class RedisShardSource final : public Source, private SnapshotSink {
  public:
   /** `index` and `source_clock` outlive the source (they belong to the link). */
+  /** `node`: the server to attach to (RedisSource); by default the cluster's address. */
   RedisShardSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
-                   ExpiryIndex& index, const clock::ClusterClock& source_clock);
+                   ExpiryIndex& index, const clock::ClusterClock& source_clock,
+                   std::optional<RedisEndpoint> node = std::nullopt);
 
   /** The node to attach to (RedisSource::setNode); call before start(). */
   void setNode(RedisEndpoint endpoint, std::string role) {

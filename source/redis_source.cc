@@ -23,8 +23,8 @@ bool parseU64(std::string_view s, uint64_t& out) {
 }  // namespace
 
 RedisSource::RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster,
-                         std::string label)
-    : cluster_(cluster), conn_(std::move(ex), std::move(label)) {}
+                         std::string label, std::optional<RedisEndpoint> node)
+    : cluster_(cluster), node_(std::move(node)), conn_(std::move(ex), std::move(label)) {}
 
 net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, SnapshotSink& sink) {
   const std::string& label = conn_.label();

@@ -104,7 +104,12 @@ class UnitFramer {
 
 class RedisSource {
  public:
-  RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label);
+  /**
+   * `node`: the server to attach to, with the cluster's credentials (a Sentinel-managed
+   * master as discovered, a shard's node); by default the cluster's own address.
+   */
+  RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
+              std::optional<RedisEndpoint> node = std::nullopt);
 
   /**
    * The node to attach to (a cluster shard's current master or replica, a Sentinel's master):
@@ -136,6 +141,10 @@ class RedisSource {
   net::awaitable<Status> sendAck(uint64_t offset);
 
   const Position& position() const { return pos_; }
+  /** The node this source attaches to ("host:port"). */
+  std::string nodeAddress() const {
+    return node_ ? node_->address() : cluster_.endpoint().address();
+  }
   uint64_t bytesBuffered() const { return conn_.buffer().size(); }
   uint64_t bytesRead() const { return conn_.bytesRead(); }
   void close() { conn_.close(); }
@@ -145,7 +154,7 @@ class RedisSource {
   net::awaitable<Status> receiveSnapshot(SnapshotSink& sink);
 
   const config::ClusterConfig& cluster_;
-  std::optional<RedisEndpoint> node_;
+  std::optional<RedisEndpoint> node_;  // nullopt: the cluster's own address
   std::string role_;
   RedisConnection conn_;
   Position pos_;

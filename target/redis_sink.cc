@@ -6,11 +6,17 @@
 #include <spdlog/spdlog.h>
 
 #include "common/redis_conn.h"
+#include "common/sentinel.h"
 #include "target/marker.h"
 
 namespace xdcr::target {
 
 using namespace net::experimental::awaitable_operators;
+
+namespace {
+// How long a checkpoint's marker waits for a Sentinel-managed target's replica (WAIT).
+constexpr std::chrono::milliseconds kWaitTimeout{2000};
+}  // namespace
 
 RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
                      const std::string& instance, const config::ClusterConfig& target_cluster,
@@ -30,14 +36,28 @@ RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipe
       stamp_key_(appliedStampKey(instance)) {}
 
 net::awaitable<Status> RedisSink::run() {
+  if (target_cluster_.isSentinel()) {
+    // A Sentinel-managed target keeps its old master writable for seconds after a failover
+    // (cluster-notes.md §3.6): what is written there is lost when it rejoins as a replica. Stop
+    // writing to it as soon as a Sentinel announces the switch; the next session rediscovers.
+    auto r = co_await (target_.runWriter() || target_.runReader() || followMaster());
+    co_return std::visit([](auto& s) { return s; }, r);
+  }
   auto r = co_await (target_.runWriter() || target_.runReader());
   co_return std::visit([](auto& s) { return s; }, r);
+}
+
+net::awaitable<Status> RedisSink::followMaster() {
+  const std::string master = target_.node().address();
+  Error moved = co_await sentinel::untilMasterMoves(target_cluster_, master, label_);
+  co_return fail(std::move(moved));
 }
 
 net::awaitable<Result<MarkerState>> RedisSink::readMarkers() {
   RedisConnection conn(co_await net::this_coro::executor, label_ + " marker check");
   constexpr auto kTimeout = std::chrono::seconds(10);
-  if (Status s = co_await conn.connect(target_cluster_.endpoint(), kTimeout); !s) {
+  // The node the writer reached (a Sentinel-managed target's master as discovered).
+  if (Status s = co_await conn.connect(target_.node(), kTimeout); !s) {
     co_return fail(s.error());  // TCP, TLS, AUTH
   }
   const std::vector<std::vector<std::string>> get = {{"GET", marker_key_}, {"GET", stamp_key_}};
@@ -102,11 +122,12 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
   applier_.beginUnit(false);
   applier_.appendMarker(marker_key_, token);
   target_.commit(applier_.finishUnit(target_.pending()), offset);
+  const uint64_t marker_seq = target_.committedCommands();
   // The previous value must be what this sink left there: anything else is another writer of
   // this pipeline's marker — a second agent replicating the same pipeline into this target,
   // which would apply every non-idempotent write twice.
   target_.expectReply(
-      target_.committedCommands(), last_marker_,
+      marker_seq, last_marker_,
       [this, ours = std::string(token)](const std::optional<std::string>& found) -> Status {
         const std::string what = fmt::format(
             "pipeline {}: another writer replaced this pipeline's marker {} on target {} since "
@@ -127,6 +148,27 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
                                            "agent"));
       });
   last_marker_ = std::string(token);
+  if (target_.waitReplicas() > 0) {
+    // A Sentinel-managed target: the checkpoint counts once the replica a failover would promote
+    // has its marker (and so everything before it): the old master keeps taking writes for a
+    // second after a failover and loses them, so a marker only it had would not be found.
+    const std::string replicas = std::to_string(target_.waitReplicas());
+    const std::string timeout = std::to_string(kWaitTimeout.count());
+    resp::appendCommand(target_.pending(), {"WAIT", replicas, timeout});
+    target_.commit(1, offset);
+    target_.onReply(target_.committedCommands(), [this](const resp::ReplyInfo& reply) -> Status {
+      if (reply.type == resp::ReplyType::Integer && reply.integer >= target_.waitReplicas()) {
+        return Status{};
+      }
+      // Not on the replica: the checkpoint must not count (a failover now would lose it). A
+      // replica that stopped answering, or an old master whose replica was just promoted: the
+      // next session looks again (and waits for no replica if none is online).
+      return fail(Error::io(fmt::format(
+          "{}: the target's replica did not confirm a checkpoint's marker within {} ms (WAIT "
+          "answered {}); reconnecting",
+          label_, kWaitTimeout.count(), reply.integer)));
+    });
+  }
 }
 
 void RedisSink::beginSnapshot(bool record_keys) {

@@ -59,6 +59,9 @@ class RedisSink final : public Sink {
 
  private:
   void applySnapshotKey(const source::Change& c);
+  /** Redis Sentinel: returns an error (ending run()) once the master moves away from the node
+   *  the writer is connected to. */
+  net::awaitable<Status> followMaster();
 
   std::string label_;
   const config::PipelineConfig& pipeline_;

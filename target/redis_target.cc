@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/sentinel.h"
+
 namespace xdcr::target {
 namespace {
 
@@ -30,8 +32,13 @@ RedisTarget::RedisTarget(net::any_io_executor ex, const config::ClusterConfig& c
       progress_(ex) {}
 
 net::awaitable<Status> RedisTarget::connect() {
+  // Where: the address, or the master the Sentinels name now (a failover moves it; READONLY or
+  // a +switch-master ends the session, and the next one asks again).
+  auto node = co_await sentinel::resolveEndpoint(cluster_, kConnectTimeout);
+  if (!node) co_return fail(node.error());
+  node_ = std::move(*node);
   // TCP, TLS (certificate checked before anything is sent), AUTH.
-  if (auto r = co_await conn_.connect(cluster_.endpoint(), kConnectTimeout); !r) {
+  if (auto r = co_await conn_.connect(node_, kConnectTimeout); !r) {
     co_return r;
   }
   std::vector<std::string_view> ping{"PING"};
@@ -53,6 +60,30 @@ net::awaitable<Status> RedisTarget::connect() {
     auto [p, ec] = std::from_chars(cfg->elements[1].data(),
                                    cfg->elements[1].data() + cfg->elements[1].size(), v);
     if (ec == std::errc() && v > 0) max_bulk_ = v;
+  }
+  wait_replicas_ = 0;
+  if (cluster_.isSentinel()) {
+    // Does the master have a replica to wait for, and may this user WAIT?
+    const std::vector<std::vector<std::string>> ask = {{"INFO", "replication"}, {"WAIT", "0", "0"}};
+    auto r = co_await conn_.callMany(ask, kConnectTimeout);
+    if (!r) co_return fail(r.error());
+    // Replicas streaming now (state=online), not those still in their full sync: WAIT would
+    // time out for those.
+    const std::string& info = (*r)[0].str;
+    int replicas = 0;
+    for (size_t at = info.find("\nslave"); at != std::string::npos;
+         at = info.find("\nslave", at + 1)) {
+      const size_t end = info.find('\n', at + 1);
+      if (info.substr(at, end - at).find("state=online") != std::string::npos) ++replicas;
+    }
+    if ((*r)[1].isError()) {
+      spdlog::warn(
+          "{}: WAIT refused ({}): checkpoints are not held until the target's replica has them, "
+          "so a failover of the target may cost a full sync; grant the target's user +wait",
+          conn_.label(), (*r)[1].str);
+    } else if (replicas > 0) {
+      wait_replicas_ = 1;
+    }
   }
   co_return Status{};
 }
@@ -118,6 +149,16 @@ net::awaitable<Status> RedisTarget::runReader() {
       if (!expects_.empty() && expects_.front().seq == replied_seq_ + 1) {
         Expect e = std::move(expects_.front());
         expects_.pop_front();
+        if (e.check) {
+          if (auto s = e.check(info); !s) co_return s;
+          ++replied_seq_;
+          progressed = true;
+          while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
+            acked_offset_ = marks_.front().offset;
+            marks_.pop_front();
+          }
+          continue;
+        }
         const bool null = info.type == resp::ReplyType::Null;
         if (null != !e.value.has_value() || (!null && info.text != *e.value)) {
           if (auto s = e.on_mismatch(null ? std::nullopt : std::optional<std::string>(info.text));
@@ -164,7 +205,11 @@ Status RedisTarget::onReplyError(const std::string& text) {
 
 void RedisTarget::expectReply(uint64_t seq, std::optional<std::string> value,
                               MismatchFn on_mismatch) {
-  expects_.push_back({seq, std::move(value), std::move(on_mismatch)});
+  expects_.push_back({seq, std::move(value), std::move(on_mismatch), nullptr});
+}
+
+void RedisTarget::onReply(uint64_t seq, ReplyFn check) {
+  expects_.push_back({seq, std::nullopt, nullptr, std::move(check)});
 }
 
 double RedisTarget::stalledSeconds() const {

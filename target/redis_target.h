@@ -44,8 +44,14 @@ class RedisTarget {
   RedisTarget(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
               PipelineStats& stats, const clock::Clock& clock);
 
-  /** Connects, authenticates, checks the target answers PING, reads its proto-max-bulk-len. */
+  /**
+   * Connects (for a Sentinel-managed target: to the master the Sentinels name now), authenticates,
+   * checks the target answers PING, reads its proto-max-bulk-len.
+   */
   net::awaitable<Status> connect();
+  /** The node connect() reached: the session's other connections (the marker check, the
+   *  stale-key scan) go to the same one. */
+  const RedisEndpoint& node() const { return node_; }
   /** The largest bulk string the target accepts (its proto-max-bulk-len; 512 MiB if unknown). */
   uint64_t maxBulkLength() const { return max_bulk_; }
 
@@ -85,6 +91,18 @@ class RedisTarget {
    */
   using MismatchFn = std::function<Status(const std::optional<std::string>& found)>;
   void expectReply(uint64_t seq, std::optional<std::string> value, MismatchFn on_mismatch);
+  /** The reply to command number `seq` goes to `check` (an error it returns ends the session);
+   *  error replies are handled as any other first. */
+  using ReplyFn = std::function<Status(const resp::ReplyInfo& reply)>;
+  void onReply(uint64_t seq, ReplyFn check);
+
+  /**
+   * Redis Sentinel: how many replicas a checkpoint's marker waits for (WAIT), 0 = none. Set by
+   * connect(): 1 when the master has an online replica and the user may WAIT. A failover
+   * promotes the replica with the most data, so a marker it acknowledged survives the failover,
+   * and the next session finds it there (instead of a full sync for a target that lost data).
+   */
+  int waitReplicas() const { return wait_replicas_; }
 
   void close() {
     closing_ = true;
@@ -97,6 +115,7 @@ class RedisTarget {
 
   const config::ClusterConfig& cluster_;
   const clock::Clock& clock_;
+  RedisEndpoint node_;
   RedisConnection conn_;
   PipelineStats& stats_;
   std::string pending_;
@@ -112,10 +131,12 @@ class RedisTarget {
     uint64_t seq;
     std::optional<std::string> value;
     MismatchFn on_mismatch;
+    ReplyFn check;  // set: called instead of comparing with `value`
   };
   std::deque<Expect> expects_;
   uint64_t acked_offset_ = 0;
   uint64_t max_bulk_ = 512ULL << 20;
+  int wait_replicas_ = 0;
   Notify writer_wake_;
   Notify progress_;
   bool closing_ = false;

@@ -48,7 +48,8 @@ net::awaitable<Result<uint64_t>> deleteStaleKeys(std::string_view label,
                                                  const SnapshotKeys& snapshot, Applier& applier,
                                                  RedisTarget& target, uint64_t offset) {
   RedisConnection conn(co_await net::this_coro::executor, fmt::format("{} stale-key scan", label));
-  Status s = co_await conn.connect(target_cluster.endpoint(), kTimeout);  // TCP, TLS, AUTH
+  // The writer's node (a Sentinel-managed target's master as discovered): TCP, TLS, AUTH.
+  Status s = co_await conn.connect(target.node(), kTimeout);
   if (!s) co_return fail(s.error());
 
   uint64_t deleted = 0;

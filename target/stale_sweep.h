@@ -45,10 +45,10 @@ class SnapshotKeys {
 };
 
 /**
- * Scans the target's dbs of the pipeline (on a connection of its own) and deletes, through the
- * target's pipelined writer (in order after the snapshot's writes), every key of the pipeline's
- * key space that `snapshot` lacks. The agent's marker keys are left alone. Returns how many
- * keys were deleted once the target has acknowledged all of it.
+ * Scans the target's dbs of the pipeline (on a connection of its own, to the writer's node) and
+ * deletes, through the target's pipelined writer (in order after the snapshot's writes), every
+ * key of the pipeline's key space that `snapshot` lacks. The agent's marker keys are left alone.
+ * Returns how many keys were deleted once the target has acknowledged all of it.
  */
 net::awaitable<Result<uint64_t>> deleteStaleKeys(std::string_view label,
                                                  const config::ClusterConfig& target_cluster,

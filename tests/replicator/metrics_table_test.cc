@@ -96,11 +96,12 @@ TEST(MetricsTable, EveryFamilyIsRenderedWithHelpAndTypeOnce) {
     }
   }
 
-  // One pipeline with something in every family (an error kind, a measured skew).
+  // One pipeline with something in every family (an error kind, a failover, a measured skew).
   PipelineStats stats;
   stats.target_errors_by_kind["WRONGTYPE"] = 1;
   stats.target_redirects_by_kind["moved"] = 1;
   stats.target_write_failures["cross_slot"] = 1;
+  stats.source_failovers["127.0.0.1:7322"] = 1;
   clock::PipelineSkew skew;
   skew.measured = true;
   PipelineMetrics pm;

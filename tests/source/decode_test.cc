@@ -99,6 +99,23 @@ TEST(Decode, FramingAndUnknownCommands) {
   EXPECT_EQ(decode(Cmd({"FLUSHALL", "ASYNC"})).events[0].kind, EventKind::Flush);
 }
 
+// cluster-notes.md §3.6: a Sentinel-monitored master's stream carries the Sentinels' hellos.
+TEST(Decode, SentinelHellosAreFraming) {
+  auto hello = decode(Cmd({"PUBLISH", "__sentinel__:hello",
+                           "127.0.0.1,26390,3bd3e1c0b4b5fe5fb7b1b5b1f0e0a2a9c5d7e8f1,0,mym,"
+                           "127.0.0.1,7321,0"}));
+  EXPECT_EQ(hello.effect, Effect::Heartbeat);
+  EXPECT_TRUE(hello.events.empty());  // not forwarded, not counted
+  EXPECT_EQ(decode(Cmd({"publish", "__sentinel__:hello", "x"})).effect, Effect::Heartbeat);
+  // Any other PUBLISH is an application's: forwarded (and counted) as before.
+  auto other = decode(Cmd({"PUBLISH", "news", "hello"}));
+  EXPECT_EQ(other.effect, Effect::Unknown);
+  ASSERT_EQ(other.events.size(), 1u);
+  EXPECT_EQ(other.events[0].kind, EventKind::Other);
+  EXPECT_EQ(decode(Cmd({"PUBLISH", "__sentinel__:hello2", "x"})).effect, Effect::Unknown);
+  EXPECT_EQ(decode(Cmd({"PUBLISH", "__sentinel__:hello"})).effect, Effect::Unknown);
+}
+
 TEST(Decode, MalformedCommandsAreForwardedAsUnknown) {
   Change ch;
   std::string problem;
