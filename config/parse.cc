@@ -931,8 +931,12 @@ void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnos
       continue;
     }
     std::string key = f.key;
-    std::string message =
-        key + " is not used by a cluster of type " + type + " (it is for type " + f.kind + "); ";
+    std::string message = key;
+    message.append(" is not used by a cluster of type ")
+        .append(type)
+        .append(" (it is for type ")
+        .append(f.kind)
+        .append("); ");
     if (type == "redis") {
       message += key == "addresses"
                      ? "a single server takes address: host:port; for a Redis Cluster set "

@@ -812,8 +812,11 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
       if (!m.gone) m.sink->apply(unit, unit.offset_end > m.skip_until);
     }
     source.consume(unit);
-    if (carriesData(unit))
-      data_end_ = {source.position().replid, unit.offset_end, source.currentDb()};
+    if (carriesData(unit)) {
+      // (data_end_.replid is the session's, set after Source::start: no copy per unit)
+      data_end_.offset = unit.offset_end;
+      data_end_.db = source.currentDb();
+    }
   }
 }
 

@@ -102,6 +102,39 @@ TEST_F(CheckpointStoreTest, BaseThenJournalRecordsLoadAsTheLastCheckpoint) {
   expectSame(index, again, keys);
 }
 
+// Where the stream last carried data (a failover's resume point, SourceLink::alignWithHistory)
+// survives both a whole image and a journal record.
+TEST_F(CheckpointStoreTest, TheLastDataOffsetAndItsDbAreKept) {
+  CheckpointStore store(dir_, "p");
+  source::ExpiryIndex index;
+  index.set(0, "k", 1000);
+  Checkpoint base = at(100, 3);
+  base.data_offset = 90;
+  base.data_db = 2;
+  ASSERT_TRUE(store.commit(base, index).has_value());
+  source::ExpiryIndex loaded;
+  auto cp = CheckpointStore(dir_, "p").load(loaded);
+  ASSERT_TRUE(cp.has_value() && cp->has_value());
+  EXPECT_EQ((*cp)->data_offset, 90u);
+  EXPECT_EQ((*cp)->data_db, 2);
+  EXPECT_EQ((*cp)->db, 3);
+
+  index.setJournaling(true);
+  index.set(0, "k", 2000);
+  std::vector<Op> ops;
+  index.takeJournal(ops);
+  Checkpoint next = at(250, 1);
+  next.data_offset = 250;  // nothing but data before it
+  next.data_db = 1;
+  ASSERT_TRUE(store.appendDelta(next, ops).has_value());
+  source::ExpiryIndex again;
+  auto cp2 = CheckpointStore(dir_, "p").load(again);
+  ASSERT_TRUE(cp2.has_value() && cp2->has_value());
+  EXPECT_EQ((*cp2)->position.offset, 250u);
+  EXPECT_EQ((*cp2)->data_offset, 250u);
+  EXPECT_EQ((*cp2)->data_db, 1);
+}
+
 TEST_F(CheckpointStoreTest, ATornLastRecordIsIgnoredAndCutOffByTheNextAppend) {
   CheckpointStore store(dir_, "p");
   source::ExpiryIndex index;
