@@ -24,9 +24,6 @@ namespace {
 
 using namespace net::experimental::awaitable_operators;
 
-// Each step of the Sentinels' discovery (connect, ask, check the master's ROLE).
-constexpr auto kDiscoveryTimeout = std::chrono::seconds(10);
-
 bool isGetAck(const source::Change& c) {
   return c.entry != nullptr && c.entry->args.size() >= 2 &&
          resp::iequals(c.entry->args[0], "replconf") && resp::iequals(c.entry->args[1], "getack");
@@ -404,17 +401,7 @@ net::awaitable<Status> SourceLink::session() {
     // session ends as soon as discovery says the node is no longer the one. A Sentinel-managed
     // master is the one the Sentinels name now (and that says it is one).
     std::shared_ptr<source::Locator> locator = pipelines_.front()->locator();
-    Result<source::NodeChoice> node = fail(Error::io("no node"));
-    if (source_cluster_.isSentinel()) {
-      auto master = co_await sentinel::resolveEndpoint(source_cluster_, kDiscoveryTimeout);
-      if (master) {
-        node = source::NodeChoice{*master, "master"};
-      } else {
-        node = fail(master.error());
-      }
-    } else {
-      node = co_await locator->locate();
-    }
+    Result<source::NodeChoice> node = co_await locator->locate();
     if (!node) {
       result = fail(node.error());
     } else {
@@ -422,9 +409,9 @@ net::awaitable<Status> SourceLink::session() {
       for (auto& m : members_) {
         if (!m.gone) m.p->mutableStats().source_failovers[shard_];  // the series exists at 0
       }
-      // A standalone or Sentinel-managed source whose history forked from the checkpoint's (a
-      // promoted replica); a cluster shard's failovers are its locator's.
-      if (resume_at_ && !source_cluster_.isRedisCluster()) {
+      // A source whose history forked from the checkpoint's (a promoted replica: a Sentinel's
+      // or a cluster shard's failover, or a standalone address now served by the promoted node).
+      if (resume_at_) {
         const RedisEndpoint endpoint = node->endpoint;
         co_await alignWithHistory(endpoint);
       }
@@ -436,16 +423,9 @@ net::awaitable<Status> SourceLink::session() {
         p->setSourceNode(fmt::format("{}{}", node->endpoint.address(),
                                      node->role.empty() ? "" : " (" + node->role + ")"));
       }
-      if (source_cluster_.isSentinel()) {
-        spdlog::info("{}: attaching to master {}", label(), shard_);
-        // Never stay attached to a node the Sentinels no longer call master: the old master
-        // keeps streaming bytes of a history the new one never has (cluster-notes.md §3.6).
-        auto r = co_await (streamSide(source) || watchSinks() || followMaster(shard_));
-        result = std::visit([](auto& s) { return s; }, r);
-      } else {
-        auto r = co_await (streamSide(source) || watchSinks() || watchNode(*locator, *node));
-        result = std::visit([](auto& s) { return s; }, r);
-      }
+      if (source_cluster_.isSentinel()) spdlog::info("{}: attaching to master {}", label(), shard_);
+      auto r = co_await (streamSide(source) || watchSinks() || watchNode(*locator, *node));
+      result = std::visit([](auto& s) { return s; }, r);
     }
   }
   // Join: every sink's run() must have returned before its Member goes away.
@@ -461,16 +441,10 @@ net::awaitable<Status> SourceLink::session() {
 net::awaitable<Status> SourceLink::watchNode(source::Locator& locator,
                                              const source::NodeChoice& node) {
   co_await locator.watch(node);
+  master_moved_ = true;  // not a failure: go to the new node at once, without backoff
   co_return fail(Error::io(
       fmt::format("{} is no longer the node to read from (a failover); attaching to the new one",
                   node.endpoint.address())));
-}
-
-net::awaitable<Status> SourceLink::followMaster(std::string master) {
-  const std::string who = "source " + source_cluster_.name;  // (an lvalue: GCC 12)
-  Error moved = co_await sentinel::untilMasterMoves(source_cluster_, master, who);
-  master_moved_ = true;
-  co_return fail(std::move(moved));
 }
 
 net::awaitable<void> SourceLink::alignWithHistory(const RedisEndpoint& node) {

@@ -112,9 +112,6 @@ class SourceLink final : private source::SnapshotConsumer {
   net::awaitable<Status> watchNode(source::Locator& locator, const source::NodeChoice& node);
   /** Returns when a single member's sink failed (that ends the session). */
   net::awaitable<Status> watchSinks();
-  /** Redis Sentinel: returns (an error that ends the session) when the Sentinels move the
-   *  master away from `master`, the node this session is attached to. */
-  net::awaitable<Status> followMaster(std::string master);
   /**
    * Before resuming on `node`, when its history forked from the checkpoint's (a promoted
    * replica: master_replid2 is the checkpoint's replid): targets that may hold data of the old

@@ -1,5 +1,9 @@
 #include "source/locator.h"
 
+#include <spdlog/spdlog.h>
+
+#include "common/sentinel.h"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -25,7 +29,27 @@ net::awaitable<void> FixedLocator::watch(const NodeChoice& /*attached*/) {
   }
 }
 
+net::awaitable<Result<NodeChoice>> SentinelLocator::locate() {
+  // Each step of the discovery (connect, ask, check the master's ROLE) within 10 s.
+  auto master = co_await sentinel::discoverMaster(cluster_, std::chrono::seconds(10));
+  if (!master) co_return fail(master.error());
+  NodeChoice c;
+  c.endpoint = *master;
+  c.role = "master";
+  co_return c;
+}
+
+net::awaitable<void> SentinelLocator::watch(const NodeChoice& attached) {
+  // Never stay attached to a node the Sentinels no longer call master: the old master keeps
+  // streaming bytes of a history the new one never has (cluster-notes.md §3.6).
+  const std::string current = attached.endpoint.address();
+  const std::string who = "source " + cluster_.name;  // (lvalues: GCC 12)
+  Error moved = co_await sentinel::untilMasterMoves(cluster_, current, who);
+  spdlog::info("{}", moved.message);
+}
+
 std::shared_ptr<Locator> fixedLocator(const config::ClusterConfig& cluster) {
+  if (cluster.isSentinel()) return std::make_shared<SentinelLocator>(cluster);
   return std::make_shared<FixedLocator>(cluster);
 }
 

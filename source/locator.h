@@ -53,8 +53,23 @@ class FixedLocator final : public Locator {
   const config::ClusterConfig& cluster_;
 };
 
-/** The Locator for a source cluster of type redis (FixedLocator); others are made by their
- *  discovery (replicator/cluster_source.h). */
+/**
+ * A Sentinel-managed master (type redis_sentinel): the node the Sentinels name now, which must
+ * say it is a master (common/sentinel.h); watched with `+switch-master`.
+ */
+class SentinelLocator final : public Locator {
+ public:
+  explicit SentinelLocator(const config::ClusterConfig& cluster) : cluster_(cluster) {}
+  boost::asio::awaitable<Result<NodeChoice>> locate() override;
+  boost::asio::awaitable<void> watch(const NodeChoice& attached) override;
+  std::string describe() const override { return ""; }
+
+ private:
+  const config::ClusterConfig& cluster_;
+};
+
+/** The Locator of a source cluster of type redis (fixed) or redis_sentinel; a Redis Cluster's
+ *  shards get theirs from their discovery (replicator/cluster_source.h). */
 std::shared_ptr<Locator> fixedLocator(const config::ClusterConfig& cluster);
 
 }  // namespace xdcr::source
