@@ -576,8 +576,28 @@ TEST_F(ClusterToClusterTest, SourceFailoversResumeByContinue) {
   ASSERT_EQ(full_before.sum, 1);
   const double partial_before = partialSyncs();
 
-  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("fc", 103), kOpsBefore));
   for (FailoverMode mode : {FailoverMode::Graceful, FailoverMode::Force}) {
+    if (mode == FailoverMode::Graceful) {
+      // Graceful: the load writes every slot, this shard's too; the master hands over, nothing
+      // is lost.
+      ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("fc", 103), kOpsBefore));
+    } else {
+      // FORCE: the load writes the other shards only. A write this shard's frozen master takes
+      // when it resumes, before it learns it was replaced, is lost by Redis (measured: the load
+      // sees tens of them); the agent may have read it from that master's stream, and a target
+      // that holds a write the source lost cannot be told from a replication error. Measured
+      // with the load on every slot: one such key (present on the target, gone from the source).
+      ClusterLoadOptions options = loadOptions("fc2", 113);
+      for (RedisServer* other : source_->masters()) {
+        if (other != master) {
+          options.focus_slots = source_->slotRanges(*other).front();
+          break;
+        }
+      }
+      options.focus_share = 1.0;
+      ASSERT_TRUE(options.focus_slots.has_value());
+      ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+    }
     const double partial = partialSyncs();
     const FailoverResult result = source_->failover(*master, mode);
     report(std::string("source ") + failoverModeName(mode) + " failover of shard " + shard + ": " +
@@ -595,25 +615,23 @@ TEST_F(ClusterToClusterTest, SourceFailoversResumeByContinue) {
                           << result.new_master->address() << ": " << pipelineStatus().dump();
     EXPECT_EQ(fullSyncs().sum, 1) << "the " << failoverModeName(mode)
                                   << " failover caused a full sync of shard " << shard;
+    EXPECT_EQ(pipelineStatus().value("shards", nlohmann::json::array()).size(), 3u)
+        << "not one instance per shard: " << pipelineStatus().dump();
     master = result.new_master;
-    if (mode == FailoverMode::Graceful) {
-      // The next failover only once the shard has checkpointed on its new master: a checkpoint
-      // still in the history before this failover is two histories behind after the next one,
-      // which Redis answers with a full resync (it keeps one previous replication id).
-      const int64_t followed_ms = unixTimeMs();
-      EXPECT_TRUE(waitShardCheckpoint(shard, followed_ms))
-          << "no checkpoint of shard " << shard
-          << " after the failover: " << shardStatus(shard).dump();
-      report("shard " + shard + " checkpointed on its new master " +
-             std::to_string(unixTimeMs() - followed_ms) + " ms after following it");
-      const int64_t ops = load_->stats().ops;
-      ASSERT_TRUE(load_->waitForOps(ops + kOpsBefore, kLoadTimeout)) << load_->stats().summary();
-    }
+    // The next failover only once the shard has checkpointed on its new master: a checkpoint
+    // still in the history before this failover is two histories behind after the next one,
+    // which Redis answers with a full resync (it keeps one previous replication id).
+    const int64_t followed_ms = unixTimeMs();
+    EXPECT_TRUE(waitShardCheckpoint(shard, followed_ms))
+        << "no checkpoint of shard " << shard
+        << " after the failover: " << shardStatus(shard).dump();
+    report("shard " + shard + " checkpointed on its new master " +
+           std::to_string(unixTimeMs() - followed_ms) + " ms after following it");
+    finishLoad(kOpsBefore, true);
   }
-  // FORCE: writes the promoted replica had not received are lost on the source (Redis); the
-  // load reports them (failed / unexpected replies), and the source is what the target must
-  // match.
-  finishLoad(kOpsAfter, false);
+  // Then every slot again.
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("fc3", 123), kOpsBefore));
+  finishLoad(kOpsAfter, true);
   expectEqual("after a graceful and a FORCE source failover");
   EXPECT_GT(partialSyncs(), partial_before);
   EXPECT_EQ(fullSyncs().sum, 1);
@@ -723,6 +741,7 @@ TEST_F(StandaloneToClusterTest, CrossSlotUnitsAndFlushall) {
   EXPECT_EQ(c.source.keys.count(rename_from), 0u);
   EXPECT_EQ(c.source.keys.count(rename_to), 1u);
   EXPECT_EQ(dst.command({"EXISTS", rename_to}).integer(), 0);
+  EXPECT_EQ(dst.command({"GET", rename_from}).str(), "r");
   std::string m = metricsText();
   printCounters("after the cross-slot units");
   EXPECT_GE(metricSum(m, "xdcr_cross_slot_splits_total").sum, 1) << m;
