@@ -1,0 +1,847 @@
+// Redis Cluster sources and targets end to end (issue 15): real clusters (RedisCluster, 3 masters
+// with a replica each unless said otherwise), the agent binary as a child process, and a mixed
+// write load (ClusterLoad: SET EX, HSET + EXPIRE, INCR, MULTI on one slot by hash tag,
+// EXPIRE / PERSIST / DEL) running while the cluster changes under the agent. After each event the
+// load stops and the target is compared with the source key by key (compareKeySpaces: presence,
+// type, contents, deadline) until it matches or a bounded time has passed.
+//
+//   ClusterToClusterTest (cluster 3+3 -> cluster 3+3, no maxTTL: deadlines must be the source's)
+//     SourceReshard     1,200 slots move on the source: xdcr_migration_restores_total > 0
+//     TargetReshard     1,200 slots move on the target: xdcr_target_redirects_total{moved} > 0
+//     SourceFailovers   a source master fails over gracefully, then FORCE: that shard resumes by
+//                       +CONTINUE (its xdcr_full_syncs_total unchanged, partial syncs grew)
+//     TargetFailover    a target master fails over (FORCE)
+//   StandaloneToClusterTest (standalone -> cluster 3+0, max_ttl 10m: deadlines clamped)
+//     a source MULTI over several slots is split per slot (xdcr_cross_slot_splits_total), a
+//     cross-slot RENAME is refused and counted (xdcr_target_write_failures_total{cross_slot}),
+//     FLUSHALL (replicate_flush) empties every master
+//   ClusterToStandaloneTest (cluster 3+3 -> standalone)
+//     a source reshard and a source failover under load
+//
+// The clusters of a suite are formed once (SetUpTestSuite) and flushed before each test; each
+// test runs its own agent with its own state directory. Under CTest every test is its own
+// process, so each forms its clusters; run the binary alone to share them.
+//
+// XDCR_AGENT_BINARY (environment) runs another build of the agent: SourceReshard against the
+// agent before the migration guard (34e8f05^) shows the loss the guard prevents.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/cluster_slot.h"
+#include "replicator/admin_server.h"
+#include "tests/support/harness.h"
+
+namespace xdcr::test {
+namespace {
+
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr auto kStreamingTimeout = 60s;
+constexpr auto kConvergeTimeout = 60s;
+constexpr auto kLoadTimeout = 30s;
+// Slots a reshard moves (the brief: 1,000 or more).
+constexpr int kReshardSlots = 1200;
+// Keys written before the agent starts (every type and encoding, half with a deadline): they
+// reach the target by the full sync of each shard.
+constexpr int64_t kSnapshotKeys = 1500;
+// Load operations before, during and after each event.
+constexpr int64_t kOpsBefore = 1500;
+constexpr int64_t kOpsAfter = 1500;
+
+int64_t msSince(SteadyClock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count();
+}
+
+void report(const std::string& line) {
+  std::cout << "[ cluster  ] " << line << std::endl;
+}
+
+/** Samples of one metric family: their sum and how many there were. */
+struct MetricSum {
+  double sum = 0;
+  int samples = 0;
+};
+
+/**
+ * The samples of `family` in Prometheus text whose label text contains every one of `labels`
+ * (each written as it appears, e.g. `kind="moved"`).
+ */
+MetricSum metricSum(const std::string& text, const std::string& family,
+                    const std::vector<std::string>& labels = {}) {
+  MetricSum out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') {
+      continue;
+    }
+    const size_t name_end = line.find_first_of("{ ");
+    if (name_end == std::string::npos || line.compare(0, name_end, family) != 0 ||
+        name_end != family.size()) {
+      continue;
+    }
+    std::string label_text;
+    size_t value_pos = name_end;
+    if (line[name_end] == '{') {
+      const size_t close = line.find('}', name_end);
+      if (close == std::string::npos) {
+        continue;
+      }
+      label_text = line.substr(name_end + 1, close - name_end - 1);
+      value_pos = close + 1;
+    }
+    bool all = true;
+    for (const auto& l : labels) {
+      all = all && label_text.find(l) != std::string::npos;
+    }
+    if (!all) {
+      continue;
+    }
+    out.sum += std::stod(line.substr(value_pos));
+    ++out.samples;
+  }
+  return out;
+}
+
+std::string addressList(const std::vector<std::string>& addresses) {
+  std::string out = "[";
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    out += (i ? ", \"" : "\"") + addresses[i] + "\"";
+  }
+  return out + "]";
+}
+
+/** The `clusters:` entry of a Redis Cluster (seeded with every node). */
+std::string redisClusterYaml(const std::string& name, const RedisCluster& cluster,
+                             const std::string& extra = "") {
+  return "  " + name + ": {type: redis_cluster, addresses: " + addressList(cluster.seeds()) +
+         (extra.empty() ? "" : ", " + extra) + "}\n";
+}
+
+std::string standaloneYaml(const std::string& name, const RedisServer& server) {
+  return "  " + name + ": {type: redis, address: \"" + server.address() + "\"}\n";
+}
+
+/** A static data set of every type spread over all slots, written through `client`. */
+Dataset writeSnapshotData(ClusterClient& client, const std::string& tag, uint64_t seed) {
+  DatasetOptions options;
+  options.keys = kSnapshotKeys;
+  options.tag = tag;
+  options.seed = seed;
+  return writeDataset(client.pipelineFunction(), options);
+}
+
+ClusterLoadOptions loadOptions(const std::string& prefix, uint64_t seed) {
+  ClusterLoadOptions options;
+  options.prefix = prefix;
+  options.seed = seed;
+  options.keys_per_kind = 1000;
+  options.max_duration = 120s;
+  return options;
+}
+
+/** Every key of a cluster's masters, by master address, read directly from each master. */
+int64_t dataKeysOn(const RedisServer& node) {
+  RespClient direct = node.client();
+  return static_cast<int64_t>(snapshotKeySpace(direct).keys.size());
+}
+
+bool inRanges(int slot, const std::vector<std::pair<int, int>>& ranges) {
+  for (const auto& [lo, hi] : ranges) {
+    if (slot >= lo && slot <= hi) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class ClusterAgentTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (HasFailure() && agent_) {
+      std::cerr << "---- config " << config_path_ << "\n" << readFileText(config_path_);
+      std::cerr << "---- agent " << agent_->describeState() << " (log tail)\n"
+                << agent_->logTail(80) << "\n";
+    }
+    if (load_) {
+      load_->stop();
+    }
+    load_.reset();
+    agent_.reset();
+  }
+
+  /** Writes the config (`clusters` and `pipeline` lines as given) and starts the agent. */
+  void startAgent(const std::string& clusters_yaml, const std::string& pipeline_options) {
+    admin_ = "127.0.0.1:" + std::to_string(freePort());
+    config_path_ = dir_.file("xdcr.yaml");
+    std::ostringstream y;
+    y << "agent:\n"
+      << "  state_dir: \"" << dir_.file("state") << "\"\n"
+      << "  log_level: info\n"
+      << "  admin_listen: \"" << admin_ << "\"\n"
+      << "clusters:\n"
+      << clusters_yaml << "pipelines:\n"
+      << "  - {name: p, source: src, target: dst, checkpoint_interval: 1s"
+      << (pipeline_options.empty() ? "" : ", " + pipeline_options) << "}\n";
+    writeFileText(config_path_, y.str());
+    agent_started_ms_ = unixTimeMs();
+    agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent.log"));
+  }
+
+  /** /status's entry for pipeline p ({} while it does not answer); `why` says why. */
+  nlohmann::json pipelineStatus(std::string* why = nullptr) {
+    auto reply = replicator::adminGet(admin_, "/status", 2s);
+    std::string problem;
+    nlohmann::json found;
+    if (!reply || reply->first != 200) {
+      problem = reply ? reply->second : reply.error().message;
+    } else {
+      auto doc = nlohmann::json::parse(reply->second, nullptr, false);
+      if (doc.is_discarded() || !doc.contains("pipelines") || !doc["pipelines"].is_array()) {
+        problem = reply->second;
+      } else {
+        for (const auto& p : doc["pipelines"]) {
+          if (p.value("name", "") == "p") {
+            found = p;
+          }
+        }
+        problem = found.is_null() ? "no pipeline p in " + reply->second : "";
+      }
+    }
+    if (why) {
+      *why = problem;
+    }
+    return found;
+  }
+
+  std::string metricsText() {
+    auto reply = replicator::adminGet(admin_, "/metrics", 2s);
+    return reply && reply->first == 200 ? reply->second : std::string();
+  }
+
+  /**
+   * Until /status shows pipeline p streaming: with `shards` > 0 (a cluster source) that many
+   * shard instances, each streaming.
+   */
+  void waitStreaming(size_t shards) {
+    std::string last;
+    const auto start = SteadyClock::now();
+    const bool reached = waitUntil(
+        [&] {
+          if (!agent_->running()) {
+            return true;
+          }
+          const nlohmann::json p = pipelineStatus(&last);
+          if (p.is_null()) {
+            return false;
+          }
+          last = p.dump();
+          if (shards == 0) {
+            return p.value("state", "") == "streaming";
+          }
+          if (!p.contains("shards") || p["shards"].size() != shards) {
+            return false;
+          }
+          for (const auto& s : p["shards"]) {
+            if (s.value("state", "") != "streaming") {
+              return false;
+            }
+          }
+          return true;
+        },
+        kStreamingTimeout, 200ms);
+    ASSERT_TRUE(agent_->running()) << "the agent ended: " << agent_->describeState();
+    ASSERT_TRUE(reached) << "pipeline p not streaming (" << shards << " shards) within "
+                         << kStreamingTimeout.count() << " s; /status: " << last;
+    report("agent streaming " + std::to_string(msSince(start)) + " ms after the wait began");
+  }
+
+  /** The shard label (/status "shard") of the instance reading from source node `address`. */
+  std::string shardOfNode(const std::string& address) {
+    const nlohmann::json p = pipelineStatus();
+    if (p.is_null() || !p.contains("shards")) {
+      return "";
+    }
+    for (const auto& s : p["shards"]) {
+      // "127.0.0.1:P (master)"
+      const std::string node = s.value("node", "");
+      if (node.substr(0, node.find(' ')) == address) {
+        return s.value("shard", "");
+      }
+    }
+    return "";
+  }
+
+  /** /status's entry for the instance of shard `shard` ({} when there is none). */
+  nlohmann::json shardStatus(const std::string& shard) {
+    const nlohmann::json p = pipelineStatus();
+    if (!p.is_null() && p.contains("shards")) {
+      for (const auto& s : p["shards"]) {
+        if (s.value("shard", "") == shard) {
+          return s;
+        }
+      }
+    }
+    return {};
+  }
+
+  /**
+   * Until shard `shard` has a durable checkpoint written after `after_ms` (unix ms) at or past
+   * its source offset at the time of the call.
+   */
+  bool waitShardCheckpoint(const std::string& shard, int64_t after_ms) {
+    const nlohmann::json now = shardStatus(shard);
+    const uint64_t offset = now.is_null() ? 0 : now.value("source_offset", uint64_t{0});
+    return waitUntil(
+        [&] {
+          const nlohmann::json s = shardStatus(shard);
+          return !s.is_null() && s.contains("last_checkpoint") &&
+                 s["last_checkpoint"].value("written_at_ms", int64_t{0}) > after_ms &&
+                 s["last_checkpoint"].value("offset", uint64_t{0}) >= offset;
+        },
+        15s, 100ms);
+  }
+
+  /** Starts the load (member load_) and waits until it has run `ops` operations. */
+  void startLoad(const std::vector<std::string>& seeds, const ClusterLoadOptions& options,
+                 int64_t ops) {
+    load_ = std::make_unique<ClusterLoad>(seeds, options);
+    load_->start();
+    ASSERT_TRUE(load_->waitForOps(ops, kLoadTimeout)) << load_->stats().summary();
+  }
+
+  /** Lets the load run `more` operations, stops it and checks it went through. */
+  ClusterLoadStats finishLoad(int64_t more, bool lossless) {
+    const int64_t target = load_->stats().ops + more;
+    EXPECT_TRUE(load_->waitForOps(target, kLoadTimeout)) << load_->stats().summary();
+    const ClusterLoadStats stats = load_->stop();
+    report("load: " + stats.summary());
+    EXPECT_GT(stats.ops, kOpsBefore + more) << stats.summary();
+    if (lossless) {
+      // Nothing failed and no reply contradicted the load's model: the source holds what it
+      // was told (a lost source write would make the comparison below prove nothing about it).
+      EXPECT_EQ(stats.failed, 0) << stats.summary();
+      EXPECT_EQ(stats.unexpected_replies, 0) << stats.summary();
+    }
+    return stats;
+  }
+
+  struct Converged {
+    KeyCheckReport report;
+    KeySpaceSnapshot source;
+    KeySpaceSnapshot target;
+    bool ok = false;
+  };
+
+  /**
+   * Reads the source once (the load has stopped), then the target until compareKeySpaces finds
+   * no difference or kConvergeTimeout has passed. With options.max_ttl_ms > 0 the write window
+   * ends at each read.
+   */
+  Converged converge(ClusterClient& source, ClusterClient& target, KeySpaceCompareOptions options,
+                     const std::string& what) {
+    Converged c;
+    c.source = snapshotKeySpace(source);
+    const auto start = SteadyClock::now();
+    int rounds = 0;
+    c.ok = waitUntil(
+        [&] {
+          ++rounds;
+          if (options.max_ttl_ms > 0) {
+            options.write_hi_ms = unixTimeMs();
+          }
+          c.target = snapshotKeySpace(target);
+          c.report = compareKeySpaces(c.source, c.target, options);
+          return c.report.ok();
+        },
+        kConvergeTimeout, 500ms);
+    report(what + ": " + std::to_string(c.source.keys.size()) + " source keys, " +
+           std::to_string(c.target.keys.size()) + " target keys; " +
+           (c.ok ? "equal after " : "NOT equal after ") + std::to_string(msSince(start)) + " ms (" +
+           std::to_string(rounds) + " rounds): " + c.report.summary());
+    EXPECT_TRUE(c.ok) << what << ": the target does not match the source within "
+                      << kConvergeTimeout.count() << " s\n"
+                      << c.report.summary();
+    EXPECT_EQ(c.report.missing, 0);
+    EXPECT_EQ(c.report.unexpected, 0);
+    EXPECT_EQ(c.report.contents, 0);
+    EXPECT_EQ(c.report.deadlines, 0);
+    EXPECT_GT(c.source.keys.size(), 100u) << "nothing was written: the comparison proves nothing";
+    return c;
+  }
+
+  void printCounters(const std::string& when) {
+    const std::string m = metricsText();
+    std::ostringstream line;
+    line << when << ": full_syncs " << metricSum(m, "xdcr_full_syncs_total").sum
+         << ", partial_syncs " << metricSum(m, "xdcr_partial_syncs_total").sum << ", reconnects "
+         << metricSum(m, "xdcr_reconnects_total").sum << ", target_loss_resyncs "
+         << metricSum(m, "xdcr_target_loss_resyncs_total").sum << ", redirects moved "
+         << metricSum(m, "xdcr_target_redirects_total", {"kind=\"moved\""}).sum << " ask "
+         << metricSum(m, "xdcr_target_redirects_total", {"kind=\"ask\""}).sum
+         << ", migration_restores " << metricSum(m, "xdcr_migration_restores_total").sum
+         << ", migration_deletes_held " << metricSum(m, "xdcr_migration_deletes_held_total").sum
+         << ", cross_slot_splits " << metricSum(m, "xdcr_cross_slot_splits_total").sum
+         << ", write_failures " << metricSum(m, "xdcr_target_write_failures_total").sum
+         << ", target_errors " << metricSum(m, "xdcr_target_errors_total").sum;
+    report(line.str());
+  }
+
+  TempDir dir_{"xdcr-cluster"};
+  std::string admin_;
+  std::string config_path_;
+  int64_t agent_started_ms_ = 0;
+  std::unique_ptr<AgentProcess> agent_;
+  std::unique_ptr<ClusterLoad> load_;
+};
+
+/** FLUSHALL on every master of `cluster`, checked. */
+void flushCluster(RedisCluster& cluster) {
+  cluster.waitHealthy(30s);
+  ClusterClient client = cluster.client();
+  for (const auto& [address, reply] : client.forEachMaster({"FLUSHALL"})) {
+    ASSERT_EQ(reply.toString(), "OK") << address;
+  }
+  ASSERT_TRUE(client.scanAll().empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. cluster (3+3) -> cluster (3+3)
+
+class ClusterToClusterTest : public ClusterAgentTest {
+ protected:
+  static void SetUpTestSuite() {
+    const auto start = SteadyClock::now();
+    source_ = std::make_unique<RedisCluster>();
+    target_ = std::make_unique<RedisCluster>();
+    report("formed source " + source_->describe() + " and target " + target_->describe() + " in " +
+           std::to_string(msSince(start)) + " ms");
+  }
+  static void TearDownTestSuite() {
+    target_.reset();
+    source_.reset();
+  }
+
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(flushCluster(*source_));
+    ASSERT_NO_FATAL_FAILURE(flushCluster(*target_));
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      std::cerr << "---- source " << source_->describe() << "\n---- target " << target_->describe()
+                << "\n";
+    }
+    ClusterAgentTest::TearDown();
+  }
+
+  /** Writes the snapshot data, starts the agent and waits until every shard streams. */
+  void startReplicating(const std::string& tag, uint64_t seed) {
+    ClusterClient src = source_->client();
+    writeSnapshotData(src, tag, seed);
+    startAgent(redisClusterYaml("src", *source_) + redisClusterYaml("dst", *target_), "");
+    ASSERT_NO_FATAL_FAILURE(waitStreaming(source_->masters().size()));
+  }
+
+  Converged expectEqual(const std::string& what, int64_t deadline_tolerance_ms = 0) {
+    ClusterClient src = source_->client();
+    ClusterClient dst = target_->client();
+    KeySpaceCompareOptions options;
+    options.deadline_tolerance_ms = deadline_tolerance_ms;
+    return converge(src, dst, options, what);
+  }
+
+  static std::unique_ptr<RedisCluster> source_;
+  static std::unique_ptr<RedisCluster> target_;
+};
+
+std::unique_ptr<RedisCluster> ClusterToClusterTest::source_;
+std::unique_ptr<RedisCluster> ClusterToClusterTest::target_;
+
+// 1(a): 1,200 slots move from one source master to another while the load writes, a third of it
+// into those slots. MIGRATE puts RESTORE-ASKING on the importer's stream and DEL on the
+// exporter's: read by two links in no common order, the agent must still end with every
+// migrated key (the migration guard: xdcr_migration_restores_total).
+TEST_F(ClusterToClusterTest, SourceReshardUnderLoad) {
+  const auto started = SteadyClock::now();
+  ASSERT_NO_FATAL_FAILURE(startReplicating("reshard-src", 21));
+  RedisServer& from = *source_->masters()[0];
+  RedisServer& to = *source_->masters()[1];
+  const int first = source_->slotRanges(from).front().first;
+  ClusterLoadOptions options = loadOptions("ra", 101);
+  options.focus_slots = std::make_pair(first, first + kReshardSlots - 1);
+  options.focus_share = 0.4;
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+
+  const ReshardResult moved = source_->reshard(from, to, kReshardSlots, 120s);
+  report("source reshard " + from.address() + " -> " + to.address() + ": " +
+         std::to_string(moved.slots) + " slots, " + std::to_string(moved.keys) + " keys in " +
+         std::to_string(moved.batches) + " MIGRATE batches, " +
+         std::to_string(moved.elapsed.count()) + " ms");
+  ASSERT_EQ(moved.slots, kReshardSlots);
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+
+  const Converged c =
+      expectEqual("after a source reshard of " + std::to_string(moved.slots) + " slots");
+  // The keys that moved: how many of them the target lacks (the defect the guard fixes).
+  int64_t migrated = 0;
+  int64_t migrated_missing = 0;
+  for (const auto& [key, state] : c.source.keys) {
+    if (inRanges(cluster::keySlot(key), moved.ranges)) {
+      ++migrated;
+      migrated_missing += c.target.keys.count(key) == 0;
+    }
+  }
+  report("keys in the moved slots: " + std::to_string(migrated) + " on the source, " +
+         std::to_string(migrated_missing) + " missing on the target");
+  EXPECT_GT(migrated, 500);
+  EXPECT_EQ(migrated_missing, 0);
+
+  const std::string m = metricsText();
+  printCounters("after the source reshard");
+  EXPECT_GT(metricSum(m, "xdcr_migration_restores_total").sum, 0)
+      << "no migration went through the guard";
+  // One full sync per shard at start, none since.
+  EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total").sum, 3) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  report("SourceReshardUnderLoad took " + std::to_string(msSince(started)) + " ms");
+}
+
+// 1(b): 1,200 slots move between two TARGET masters while the agent writes into them: the
+// agent follows ASK and MOVED (xdcr_target_redirects_total{kind="moved"}) and loses nothing.
+TEST_F(ClusterToClusterTest, TargetReshardUnderLoad) {
+  const auto started = SteadyClock::now();
+  ASSERT_NO_FATAL_FAILURE(startReplicating("reshard-dst", 22));
+  RedisServer& from = *target_->masters()[0];
+  RedisServer& to = *target_->masters()[2];
+  const int first = target_->slotRanges(from).front().first;
+  ClusterLoadOptions options = loadOptions("rb", 102);
+  options.focus_slots = std::make_pair(first, first + kReshardSlots - 1);
+  options.focus_share = 0.4;
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+
+  const ReshardResult moved = target_->reshard(from, to, kReshardSlots, 120s);
+  report("target reshard " + from.address() + " -> " + to.address() + ": " +
+         std::to_string(moved.slots) + " slots, " + std::to_string(moved.keys) + " keys in " +
+         std::to_string(moved.batches) + " MIGRATE batches, " +
+         std::to_string(moved.elapsed.count()) + " ms");
+  ASSERT_EQ(moved.slots, kReshardSlots);
+  EXPECT_GT(moved.keys, 0);
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+
+  // MIGRATE re-bases a key's deadline on the importing node's clock (a relative TTL in
+  // between): on one host a few ms at most.
+  expectEqual("after a target reshard of " + std::to_string(moved.slots) + " slots", 50);
+  const std::string m = metricsText();
+  printCounters("after the target reshard");
+  EXPECT_GT(metricSum(m, "xdcr_target_redirects_total", {"kind=\"moved\""}).sum, 0) << m;
+  EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total").sum, 3) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  report("TargetReshardUnderLoad took " + std::to_string(msSince(started)) + " ms");
+}
+
+// 1(c): a source master fails over gracefully, then (the promoted one) by FORCE. Each time the
+// shard's link continues on the new master by PSYNC +CONTINUE: that shard's full syncs stay 1,
+// its partial syncs grow.
+TEST_F(ClusterToClusterTest, SourceFailoversResumeByContinue) {
+  const auto started = SteadyClock::now();
+  ASSERT_NO_FATAL_FAILURE(startReplicating("failover-src", 23));
+  RedisServer* master = source_->masters()[1];
+  const std::string shard = shardOfNode(master->address());
+  ASSERT_NE(shard, "") << "no shard instance reads " << master->address() << ": "
+                       << pipelineStatus().dump();
+  const std::string label = "shard=\"" + shard + "\"";
+  auto fullSyncs = [&] { return metricSum(metricsText(), "xdcr_full_syncs_total", {label}); };
+  auto partialSyncs = [&] {
+    return metricSum(metricsText(), "xdcr_partial_syncs_total", {label}).sum;
+  };
+  const MetricSum full_before = fullSyncs();
+  ASSERT_EQ(full_before.samples, 1) << "no xdcr_full_syncs_total sample for " << label << "\n"
+                                    << metricsText();
+  ASSERT_EQ(full_before.sum, 1);
+  const double partial_before = partialSyncs();
+
+  for (FailoverMode mode : {FailoverMode::Graceful, FailoverMode::Force}) {
+    if (mode == FailoverMode::Graceful) {
+      // Graceful: the load writes every slot, this shard's too; the master hands over, nothing
+      // is lost.
+      ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("fc", 103), kOpsBefore));
+    } else {
+      // FORCE: the load writes the other shards only. A write this shard's frozen master takes
+      // when it resumes, before it learns it was replaced, is lost by Redis (measured: the load
+      // sees tens of them); the agent may have read it from that master's stream, and a target
+      // that holds a write the source lost cannot be told from a replication error. Measured
+      // with the load on every slot: one such key (present on the target, gone from the source).
+      ClusterLoadOptions options = loadOptions("fc2", 113);
+      for (RedisServer* other : source_->masters()) {
+        if (other != master) {
+          options.focus_slots = source_->slotRanges(*other).front();
+          break;
+        }
+      }
+      options.focus_share = 1.0;
+      ASSERT_TRUE(options.focus_slots.has_value());
+      ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+    }
+    const double partial = partialSyncs();
+    const FailoverResult result = source_->failover(*master, mode);
+    report(std::string("source ") + failoverModeName(mode) + " failover of shard " + shard + ": " +
+           result.old_master->address() + " -> " + result.new_master->address() +
+           ", promoted after " + std::to_string(result.promoted_after.count()) +
+           " ms, settled after " + std::to_string(result.settled_after.count()) + " ms");
+    // The link follows the new master: partial syncs grow (bounded wait), no new full sync.
+    const bool followed = waitUntil(
+        [&] {
+          return partialSyncs() > partial && shardOfNode(result.new_master->address()) == shard;
+        },
+        30s, 200ms);
+    printCounters(std::string("after the ") + failoverModeName(mode) + " failover");
+    EXPECT_TRUE(followed) << "shard " << shard << " did not resume on "
+                          << result.new_master->address() << ": " << pipelineStatus().dump();
+    EXPECT_EQ(fullSyncs().sum, 1) << "the " << failoverModeName(mode)
+                                  << " failover caused a full sync of shard " << shard;
+    EXPECT_EQ(pipelineStatus().value("shards", nlohmann::json::array()).size(), 3u)
+        << "not one instance per shard: " << pipelineStatus().dump();
+    master = result.new_master;
+    // The next failover only once the shard has checkpointed on its new master: a checkpoint
+    // still in the history before this failover is two histories behind after the next one,
+    // which Redis answers with a full resync (it keeps one previous replication id).
+    const int64_t followed_ms = unixTimeMs();
+    EXPECT_TRUE(waitShardCheckpoint(shard, followed_ms))
+        << "no checkpoint of shard " << shard
+        << " after the failover: " << shardStatus(shard).dump();
+    report("shard " + shard + " checkpointed on its new master " +
+           std::to_string(unixTimeMs() - followed_ms) + " ms after following it");
+    finishLoad(kOpsBefore, true);
+  }
+  // Then every slot again.
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("fc3", 123), kOpsBefore));
+  finishLoad(kOpsAfter, true);
+  expectEqual("after a graceful and a FORCE source failover");
+  EXPECT_GT(partialSyncs(), partial_before);
+  EXPECT_EQ(fullSyncs().sum, 1);
+  EXPECT_EQ(metricSum(metricsText(), "xdcr_full_syncs_total").sum, 3);
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  report("SourceFailoversResumeByContinue took " + std::to_string(msSince(started)) + " ms");
+}
+
+// 1(d): a target master fails over (FORCE: frozen, its replica promoted without it). Writes it
+// acknowledged may be gone: the agent ends the session and resumes from what it can prove the
+// target holds; the target ends equal to the source.
+TEST_F(ClusterToClusterTest, TargetFailover) {
+  const auto started = SteadyClock::now();
+  ASSERT_NO_FATAL_FAILURE(startReplicating("failover-dst", 24));
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("fd", 104), kOpsBefore));
+  RedisServer* master = target_->masters()[1];
+  const FailoverResult result = target_->failover(*master, FailoverMode::Force);
+  report(std::string("target FORCE failover: ") + result.old_master->address() + " -> " +
+         result.new_master->address() + ", promoted after " +
+         std::to_string(result.promoted_after.count()) + " ms, settled after " +
+         std::to_string(result.settled_after.count()) + " ms");
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+  expectEqual("after a FORCE target failover");
+  printCounters("after the target failover");
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  report("TargetFailover took " + std::to_string(msSince(started)) + " ms");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. standalone -> cluster (3 masters), target max_ttl 10m
+
+class StandaloneToClusterTest : public ClusterAgentTest {
+ protected:
+  static void SetUpTestSuite() {
+    RedisClusterOptions options;
+    options.replicas_per_master = 0;
+    target_ = std::make_unique<RedisCluster>(options);
+  }
+  static void TearDownTestSuite() { target_.reset(); }
+
+  static constexpr int64_t kMaxTtlS = 600;
+  static std::unique_ptr<RedisCluster> target_;
+  RedisServer source_{{"--repl-diskless-sync-delay", "0"}};
+};
+
+std::unique_ptr<RedisCluster> StandaloneToClusterTest::target_;
+
+std::string keyInSlot(int slot, const std::string& name) {
+  return "{" + std::string(cluster::slotTag(slot)) + "}" + name;
+}
+
+TEST_F(StandaloneToClusterTest, CrossSlotUnitsAndFlushall) {
+  const auto started = SteadyClock::now();
+  ASSERT_NO_FATAL_FAILURE(flushCluster(*target_));
+  ClusterClient src({source_.address()});
+  ASSERT_FALSE(src.clusterMode());
+  writeSnapshotData(src, "standalone", 31);
+  startAgent(standaloneYaml("src", source_) +
+                 redisClusterYaml("dst", *target_,
+                                  "buckets: [{db: 0, max_ttl: " + std::to_string(kMaxTtlS) + "s}]"),
+             "dbs: {0: 0}, filters: {replicate_flush: true}");
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(0));
+  const int64_t write_lo = agent_started_ms_;
+
+  ASSERT_NO_FATAL_FAILURE(startLoad({source_.address()}, loadOptions("sc", 105), kOpsBefore));
+  // While the load runs, on a connection of its own: one MULTI over three slots (three
+  // masters), and a RENAME between two slots.
+  const int slots[] = {100, 8000, 15000};
+  const std::string ka = keyInSlot(slots[0], "multi:a");
+  const std::string kb = keyInSlot(slots[1], "multi:b");
+  const std::string kc = keyInSlot(slots[2], "multi:c");
+  RespClient direct = source_.client();
+  const std::vector<RespCommand> unit = {{"MULTI"},
+                                         {"SET", ka, "1", "EX", "3600"},
+                                         {"INCR", kb},
+                                         {"HSET", kc, "f", "v"},
+                                         {"EXPIRE", kc, "1800"},
+                                         {"EXEC"}};
+  const std::vector<RespValue> replies = direct.pipeline(unit);
+  ASSERT_TRUE(replies.back().isArray()) << replies.back().toString();
+  const std::string rename_from = keyInSlot(slots[0], "rename:from");
+  const std::string rename_to = keyInSlot(slots[2], "rename:to");
+  ASSERT_EQ(direct.command({"SET", rename_from, "r", "EX", "3600"}).toString(), "OK");
+  ASSERT_EQ(direct.command({"RENAME", rename_from, rename_to}).toString(), "OK");
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+
+  ClusterClient dst = target_->client();
+  KeySpaceCompareOptions options;
+  options.max_ttl_ms = kMaxTtlS * 1000;
+  options.write_lo_ms = write_lo;
+  // The cross-slot RENAME cannot run on the cluster (refused, counted): both of its keys are
+  // left out of the comparison and checked on their own below.
+  options.include = [&](const std::string& key) { return key != rename_from && key != rename_to; };
+  const Converged c = converge(src, dst, options, "standalone -> cluster under load");
+  // The split MULTI: each key on its own master, as the source has it.
+  for (const std::string& key : {ka, kb, kc}) {
+    EXPECT_EQ(c.target.keys.count(key), 1u) << key << " missing on the target";
+    EXPECT_EQ(c.source.keys.count(key), 1u) << key;
+  }
+  std::vector<std::string> owners;
+  for (int slot : slots) {
+    owners.push_back(target_->nodeForSlot(slot).address());
+  }
+  EXPECT_NE(owners[0], owners[1]);
+  EXPECT_NE(owners[1], owners[2]);
+  // The RENAME was not applied: the target keeps the old name and lacks the new one.
+  EXPECT_EQ(c.source.keys.count(rename_from), 0u);
+  EXPECT_EQ(c.source.keys.count(rename_to), 1u);
+  EXPECT_EQ(dst.command({"EXISTS", rename_to}).integer(), 0);
+  EXPECT_EQ(dst.command({"GET", rename_from}).str(), "r");
+  std::string m = metricsText();
+  printCounters("after the cross-slot units");
+  EXPECT_GE(metricSum(m, "xdcr_cross_slot_splits_total").sum, 1) << m;
+  EXPECT_GE(metricSum(m, "xdcr_target_write_failures_total", {"reason=\"cross_slot\""}).sum, 1)
+      << m;
+
+  // FLUSHALL (replicate_flush) reaches every master.
+  std::vector<RedisServer*> masters = target_->masters();
+  ASSERT_EQ(masters.size(), 3u);
+  for (RedisServer* node : masters) {
+    ASSERT_GT(dataKeysOn(*node), 0) << node->address() << " held nothing before the FLUSHALL";
+  }
+  ASSERT_EQ(direct.command({"FLUSHALL"}).toString(), "OK");
+  const auto flushed_at = SteadyClock::now();
+  std::string left;
+  const bool emptied = waitUntil(
+      [&] {
+        left.clear();
+        for (RedisServer* node : masters) {
+          const int64_t n = dataKeysOn(*node);
+          if (n != 0) {
+            left += " " + node->address() + ":" + std::to_string(n);
+          }
+        }
+        return left.empty();
+      },
+      30s, 200ms);
+  EXPECT_TRUE(emptied) << "keys left after FLUSHALL:" << left;
+  report("FLUSHALL reached every target master after " + std::to_string(msSince(flushed_at)) +
+         " ms");
+  EXPECT_GE(metricSum(metricsText(), "xdcr_source_events_total", {"kind=\"flush\""}).sum, 1);
+
+  // And replication goes on after it.
+  ASSERT_NO_FATAL_FAILURE(startLoad({source_.address()}, loadOptions("sd", 106), kOpsBefore));
+  finishLoad(kOpsAfter, true);
+  KeySpaceCompareOptions after = options;
+  after.include = nullptr;
+  converge(src, dst, after, "standalone -> cluster after FLUSHALL");
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  report("CrossSlotUnitsAndFlushall took " + std::to_string(msSince(started)) + " ms");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. cluster (3+3) -> standalone
+
+class ClusterToStandaloneTest : public ClusterAgentTest {
+ protected:
+  static void SetUpTestSuite() { source_ = std::make_unique<RedisCluster>(); }
+  static void TearDownTestSuite() { source_.reset(); }
+  static std::unique_ptr<RedisCluster> source_;
+  RedisServer target_;
+};
+
+std::unique_ptr<RedisCluster> ClusterToStandaloneTest::source_;
+
+TEST_F(ClusterToStandaloneTest, SourceReshardAndFailoverUnderLoad) {
+  const auto started = SteadyClock::now();
+  ASSERT_NO_FATAL_FAILURE(flushCluster(*source_));
+  ClusterClient src = source_->client();
+  writeSnapshotData(src, "to-standalone", 41);
+  startAgent(redisClusterYaml("src", *source_) + standaloneYaml("dst", target_), "");
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(source_->masters().size()));
+
+  RedisServer& from = *source_->masters()[2];
+  RedisServer& to = *source_->masters()[0];
+  const int first = source_->slotRanges(from).front().first;
+  ClusterLoadOptions options = loadOptions("cs", 107);
+  options.focus_slots = std::make_pair(first, first + kReshardSlots - 1);
+  options.focus_share = 0.4;
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+  const ReshardResult moved = source_->reshard(from, to, kReshardSlots, 120s);
+  report("source reshard " + from.address() + " -> " + to.address() + ": " +
+         std::to_string(moved.slots) + " slots, " + std::to_string(moved.keys) + " keys, " +
+         std::to_string(moved.elapsed.count()) + " ms");
+  ASSERT_EQ(moved.slots, kReshardSlots);
+  const int64_t ops = load_->stats().ops;
+  ASSERT_TRUE(load_->waitForOps(ops + kOpsBefore, kLoadTimeout)) << load_->stats().summary();
+
+  RedisServer* master = source_->masters()[1];
+  const std::string shard = shardOfNode(master->address());
+  ASSERT_NE(shard, "");
+  const std::string label = "shard=\"" + shard + "\"";
+  const double partial = metricSum(metricsText(), "xdcr_partial_syncs_total", {label}).sum;
+  const FailoverResult result = source_->failover(*master, FailoverMode::Graceful);
+  report("source graceful failover of shard " + shard + ": " + result.old_master->address() +
+         " -> " + result.new_master->address() + ", settled after " +
+         std::to_string(result.settled_after.count()) + " ms");
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+
+  ClusterClient dst({target_.address()});
+  converge(src, dst, {}, "cluster -> standalone after a reshard and a failover");
+  const std::string m = metricsText();
+  printCounters("cluster -> standalone");
+  EXPECT_GT(metricSum(m, "xdcr_migration_restores_total").sum, 0) << m;
+  EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total", {label}).sum, 1) << m;
+  EXPECT_GT(metricSum(m, "xdcr_partial_syncs_total", {label}).sum, partial) << m;
+  EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total").sum, 3) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  report("SourceReshardAndFailoverUnderLoad took " + std::to_string(msSince(started)) + " ms");
+}
+
+}  // namespace
+}  // namespace xdcr::test
