@@ -64,7 +64,40 @@ const source::ShardView* ClusterTopology::find(const source::ShardView& like) co
 // ---- ShardLocator ------------------------------------------------------------------------------
 
 ShardLocator::ShardLocator(std::shared_ptr<ClusterTopology> topology, source::ShardView view)
-    : topology_(std::move(topology)), view_(std::move(view)) {}
+    : topology_(std::move(topology)) {
+  adopt(view);
+}
+
+void ShardLocator::adopt(const source::ShardView& v) {
+  view_ = v;
+  for (const auto& n : v.nodes) {
+    if (!n.id.empty() && std::find(ids_.begin(), ids_.end(), n.id) == ids_.end()) {
+      ids_.push_back(n.id);
+    }
+  }
+}
+
+bool ShardLocator::knows(const source::ShardView& v) const {
+  for (const auto& n : v.nodes) {
+    if (std::find(ids_.begin(), ids_.end(), n.id) != ids_.end()) return true;
+  }
+  return false;
+}
+
+const source::ShardView* ShardLocator::current(const std::vector<source::ShardView>& shards) const {
+  const source::ShardView* best = nullptr;
+  size_t best_slots = 0;
+  for (const auto& v : shards) {
+    if (!knows(v)) continue;
+    size_t slots = 0;
+    for (const auto& [lo, hi] : v.slots) slots += static_cast<size_t>(hi - lo + 1);
+    if (best == nullptr || slots > best_slots) {
+      best = &v;
+      best_slots = slots;
+    }
+  }
+  return best;
+}
 
 const source::ShardNode* ShardLocator::choose(const source::ShardView& v) const {
   if (topology_->cluster().read_from == config::ReadFrom::Replica) {
@@ -75,12 +108,12 @@ const source::ShardNode* ShardLocator::choose(const source::ShardView& v) const 
 
 net::awaitable<Result<source::NodeChoice>> ShardLocator::locate() {
   if (auto s = co_await topology_->refresh(); !s) co_return fail(s.error());
-  const source::ShardView* now = topology_->find(view_);
+  const source::ShardView* now = current(topology_->shards());
   if (now == nullptr) {
     co_return fail(
         Error::io(fmt::format("{}: the shard is not in the cluster any more", describe())));
   }
-  view_ = *now;
+  adopt(*now);
   const source::ShardNode* n = choose(view_);
   if (n == nullptr) {
     co_return fail(Error::io(fmt::format(
@@ -101,7 +134,7 @@ net::awaitable<void> ShardLocator::watch(const source::NodeChoice& attached) {
     t.expires_after(std::chrono::milliseconds(250));
     auto [ec] = co_await t.async_wait(net::as_tuple(net::use_awaitable));
     if (ec) co_return;  // the session ended
-    const source::ShardView* now = topology_->find(view_);
+    const source::ShardView* now = current(topology_->shards());
     if (now == nullptr) continue;  // not found this time: locate() decides at the next session
     const source::ShardNode* n = choose(*now);
     if (n == nullptr) continue;  // no master yet: keep streaming from the current node
@@ -110,7 +143,7 @@ net::awaitable<void> ShardLocator::watch(const source::NodeChoice& attached) {
     if (!same || !role_ok) {
       spdlog::warn("{}: discovery names {} ({}) now; leaving {}", describe(), n->address(),
                    n->master ? "master" : "replica", attached.endpoint.address());
-      view_ = *now;
+      adopt(*now);
       co_return;
     }
   }
@@ -206,9 +239,8 @@ net::awaitable<void> ClusterSourceGroup::run() {
     // Shards not followed yet (the first discovery: all of them) start; shards that left stop.
     const std::vector<source::ShardView> shards = topology_->shards();
     for (const auto& v : shards) {
-      const bool known = std::any_of(running_.begin(), running_.end(), [&](const Running& r) {
-        return r.locator->view().sameShard(v);
-      });
+      const bool known = std::any_of(running_.begin(), running_.end(),
+                                     [&](const Running& r) { return r.locator->knows(v); });
       if (known || v.master() == nullptr) continue;
       if (auto s = co_await startShard(v); !s) {
         spdlog::warn("source {}: shard {} not started yet: {}", source_.name, v.label(),
@@ -217,7 +249,7 @@ net::awaitable<void> ClusterSourceGroup::run() {
       if (stopping_) co_return;
     }
     for (auto it = running_.begin(); it != running_.end();) {
-      if (topology_->find(it->locator->view()) != nullptr) {
+      if (it->locator->current(topology_->shards()) != nullptr) {
         it->missing = 0;
         ++it;
         continue;

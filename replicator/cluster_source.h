@@ -63,13 +63,23 @@ class ShardLocator final : public source::Locator {
   net::awaitable<void> watch(const source::NodeChoice& attached) override;
   std::string describe() const override { return "shard " + view_.label(); }
   const source::ShardView& view() const { return view_; }
+  /** True when `v` holds a node this shard ever had: the same shard, or a fragment of it (a
+   *  failover shows the demoted master alone, without slots, until it becomes a replica). */
+  bool knows(const source::ShardView& v) const;
+  /** The current view of this shard among `shards`: of those it knows, the one with slots (the
+   *  most), so a failover's fragment is never taken for the shard. nullptr: none. */
+  const source::ShardView* current(const std::vector<source::ShardView>& shards) const;
 
  private:
   /** The node to read now from `v`, nullptr when none is usable. */
   const source::ShardNode* choose(const source::ShardView& v) const;
 
+  /** Takes `v` as the shard's view, remembering its node ids. */
+  void adopt(const source::ShardView& v);
+
   std::shared_ptr<ClusterTopology> topology_;
-  source::ShardView view_;  // as last seen
+  source::ShardView view_;        // as last seen
+  std::vector<std::string> ids_;  // every node id the shard has had
 };
 
 /**

@@ -71,10 +71,10 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::hor
   std::vector<Horizon> out;
   const std::vector<source::ShardView> shards = topology_->shards();
   for (const source::ShardView& v : shards) {
-    if (v.sameShard(shard->view())) continue;
+    if (shard->knows(v)) continue;
     const ShardLocator* other = nullptr;
     for (const auto& [p, s] : members_) {
-      if (s->view().sameShard(v)) other = s;
+      if (s->knows(v)) other = s;
     }
     if (other == nullptr) continue;  // a shard no pipeline of this process reads
     const source::ShardNode* m = v.master();

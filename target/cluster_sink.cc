@@ -282,8 +282,13 @@ void ClusterSink::flushGroup(const source::ResolvedUnit& unit, bool write, bool 
     Slice& s = slices_[i];
     if (s.commands == 0) continue;
     const bool stamped = s.unsafe && s.slot >= 0 && !unit.snapshot && !unit.replid.empty();
-    if (stamped && unit.offset_end <= slot_skip_[static_cast<size_t>(s.slot)]) {
-      continue;  // the target applied it before the restart (its slot's replay stamp)
+    if (s.slot >= 0 && !unit.snapshot &&
+        unit.offset_end <= slot_skip_[static_cast<size_t>(s.slot)]) {
+      // The target applied it before the restart: the slot's replay stamp is at or past it, and
+      // a slot's writes reach its master in order, so everything of that slot up to the stamp
+      // was applied — idempotent writes too (sending those again would put them after the
+      // replay-unsafe ones they preceded).
+      continue;
     }
     const bool wrap = stamped || (transaction && s.commands > 1);
     std::string_view bytes = s.bytes;
