@@ -441,6 +441,10 @@ net::awaitable<Status> SourceLink::session() {
 net::awaitable<Status> SourceLink::watchNode(source::Locator& locator,
                                              const source::NodeChoice& node) {
   co_await locator.watch(node);
+  // watch() also returns when the session ended otherwise (the || cancelled it): then nothing
+  // moved, and the session's own result stands.
+  net::cancellation_state cs = co_await net::this_coro::cancellation_state;
+  if (cs.cancelled() != net::cancellation_type::none) co_return Status{};
   master_moved_ = true;  // not a failure: go to the new node at once, without backoff
   co_return fail(Error::io(
       fmt::format("{} is no longer the node to read from (a failover); attaching to the new one",
