@@ -489,12 +489,18 @@ net::awaitable<void> SourceLink::alignWithHistory(const RedisEndpoint& node) {
     resume_at_.reset();
     index_.setJournaling(false);
     index_.clearAll();
-    for (auto& m : members_) m.skip_until = 0;
+    for (auto& m : members_) {
+      m.skip_until = 0;
+      if (m.sink) m.sink->setSlotReplaySkip({});
+    }
     co_return;
   }
   // Past the fork the offsets are the new history's: nothing there was written before, whatever
   // a checkpoint ahead of the link's or a replay stamp says.
-  for (auto& m : members_) m.skip_until = std::min(m.skip_until, fork);
+  for (auto& m : members_) {
+    m.skip_until = std::min(m.skip_until, fork);
+    if (m.sink) m.sink->capSlotReplaySkip(fork);
+  }
   if (resume_at_->offset <= fork) co_return;  // PSYNC continues as is
   // Only framing (pings, the Sentinels' hellos) came after the last data, so resuming anywhere
   // from there to the fork skips nothing; the fork is the latest such point, the surest to be in

@@ -24,6 +24,7 @@
 //
 // Only db 0 exists on a cluster (validation refuses a dbs map into another db).
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -67,6 +68,9 @@ class ClusterSink final : public Sink {
   const SnapshotCounts& snapshotCounts() const override { return counts_; }
   net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) override;
   void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> skips) override;
+  void capSlotReplaySkip(uint64_t offset) override {
+    for (auto& s : slot_skip_) s = std::min(s, offset);
+  }
   void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }
   bool drained() const override { return target_.drained(); }

@@ -101,6 +101,9 @@ class Sink {
   virtual net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) = 0;
   /** The per-slot part of a replay skip (Pipeline::checkMarkers); a sink of one node has none. */
   virtual void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> /*skips*/) {}
+  /** No per-slot skip beyond `offset` (a source failover's fork: past it the offsets are the new
+   *  history's, whatever a stamp of the old one says). */
+  virtual void capSlotReplaySkip(uint64_t /*offset*/) {}
   /** Skew compensation: ms added to every source deadline (0 = none). */
   virtual void setCompensationMs(int64_t ms) = 0;
 
