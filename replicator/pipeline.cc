@@ -183,6 +183,11 @@ Result<target::ReplaySkip> Pipeline::checkMarkers(const target::MarkerState& m) 
   return target::ReplaySkip{};
 }
 
+std::vector<std::string> Pipeline::acceptedMarkers() const {
+  if (!resume_ || resume_->marker.empty()) return {};
+  return {resume_->marker, resume_->next_marker};
+}
+
 Status Pipeline::beginFullSync() {
   // From here until the snapshot is applied no checkpoint is valid: a crash in between must
   // start a new full sync, not resume the old history over a half-written snapshot.

@@ -175,6 +175,8 @@ class Pipeline {
    * stream the target already holds (replay stamps: up to an offset, and per slot on a cluster).
    */
   Result<target::ReplaySkip> checkMarkers(const target::MarkerState& m);
+  /** The marker tokens the checkpoint accepts (none without a checkpoint). */
+  std::vector<std::string> acceptedMarkers() const;
   /** A full sync starts: the checkpoint is dropped (a crash must not resume the old history). */
   Status beginFullSync();
   void setState(PipelineState s) { state_ = s; }

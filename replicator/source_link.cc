@@ -355,7 +355,8 @@ net::awaitable<Status> SourceLink::session() {
     Status s = co_await m.sink->connect();
     target::MarkerState markers;
     if (s) {
-      auto r = co_await m.sink->readMarkers();
+      const std::vector<std::string> accepted = m.p->acceptedMarkers();
+      auto r = co_await m.sink->readMarkers(accepted);
       if (r) {
         markers = *r;
       } else {

@@ -46,7 +46,8 @@ std::string ClusterSink::markerKeyFor(size_t m) const {
 }
 
 net::awaitable<Result<std::optional<std::string>>> ClusterSink::findMarker(
-    RedisConnection& conn, const RedisEndpoint& endpoint) {
+    RedisConnection& conn, const RedisEndpoint& endpoint,
+    const std::vector<std::string>& accepted) {
   constexpr auto kTimeout = std::chrono::seconds(10);
   constexpr int kMaxPages = 256;  // x COUNT 1000: about 256,000 keys looked at, at most
   std::string pattern;
@@ -67,7 +68,8 @@ net::awaitable<Result<std::optional<std::string>>> ClusterSink::findMarker(
       const std::vector<std::vector<std::string>> get = {{"GET", key.str}};
       auto g = co_await conn.callMany(get, kTimeout);
       if (!g) co_return fail(g.error());
-      if ((*g)[0].type == resp::ReplyType::Bulk) {
+      if ((*g)[0].type == resp::ReplyType::Bulk &&
+          std::find(accepted.begin(), accepted.end(), (*g)[0].str) != accepted.end()) {
         spdlog::info("{}: the marker of {} is {} (its lowest slot changed since it was written)",
                      label_, endpoint.address(), key.str);
         last_markers_.emplace_back(key.str, (*g)[0].str);
@@ -80,7 +82,8 @@ net::awaitable<Result<std::optional<std::string>>> ClusterSink::findMarker(
   co_return std::optional<std::string>();
 }
 
-net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
+net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
+    const std::vector<std::string>& accepted) {
   constexpr auto kTimeout = std::chrono::seconds(10);
   MarkerState state;
   last_markers_.clear();
@@ -106,6 +109,14 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
     auto r = co_await conn.callMany(cmds, kTimeout);
     if (!r) co_return fail(r.error());
     const resp::Value& v = (*r)[0];
+    if (v.isError() && parseRedirection(v.str)) {
+      // The slot map changed since connect() read it (a reshard under way): the session is
+      // retried, on a fresh map.
+      co_return fail(Error::io(fmt::format(
+          "pipeline {}: the slot map of target {} changed while the markers were read ({} "
+          "answered \"{}\"); retrying on a fresh map",
+          pipeline_.name, target_cluster_.name, node.address(), v.str)));
+    }
     if (v.isError()) {
       co_return fail(Error::refused(fmt::format(
           "pipeline {}: cannot read the marker key {} on {} of target {}: {}; the agent's user "
@@ -114,13 +125,17 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers() {
     }
     std::optional<std::string> value;
     if (!v.isNull()) value = v.str;
-    if (!value) {
+    const bool accepted_here =
+        value && std::find(accepted.begin(), accepted.end(), *value) != accepted.end();
+    if (!accepted_here && !accepted.empty()) {
       // After a reshard of the target the master's lowest slot may have changed since the last
-      // checkpoint wrote its marker: look for this pipeline's marker in its other slots (a
-      // bounded SCAN; nothing found still means a full sync).
-      auto found = co_await findMarker(conn, endpoint);
+      // checkpoint wrote its marker (or the marker was written into another of its slots, see
+      // ClusterTarget): look for this pipeline's marker with an accepted token in its other
+      // slots (a bounded SCAN; nothing found means the check fails, with what the lowest slot
+      // holds).
+      auto found = co_await findMarker(conn, endpoint, accepted);
       if (!found) co_return fail(found.error());
-      value = *found;
+      if (*found) value = *found;
     }
     state.node_markers.emplace_back(node.address(), value);
     last_markers_.emplace_back(marker, value);
@@ -206,6 +221,8 @@ ClusterSink::Slice& ClusterSink::slice(int slot) {
   s.bytes.clear();
   s.commands = 0;
   s.unsafe = false;
+  s.first_key = std::string_view();
+  s.multi_key = false;
   return s;
 }
 
@@ -232,6 +249,7 @@ void ClusterSink::addCommand(std::string_view raw, const std::vector<std::string
     s.bytes.append(raw);
     ++s.commands;
     s.unsafe = s.unsafe || unsafe;
+    for (uint16_t p : key_pos_) s.noteKey(args[p]);
     return;
   }
   // Keys in several slots: split what can be split, per slot, keeping the keys' order.
@@ -270,6 +288,9 @@ void ClusterSink::addCommand(std::string_view raw, const std::vector<std::string
     Slice& s = slice(slot);
     s.bytes.append(reencoded_);
     ++s.commands;
+    for (uint16_t q : key_pos_) {
+      if (cluster::keySlot(args[q]) == slot) s.noteKey(args[q]);
+    }
   }
 }
 
@@ -308,7 +329,8 @@ void ClusterSink::flushGroup(const source::ResolvedUnit& unit, bool write, bool 
       bytes = reencoded_;
     }
     if (s.slot >= 0) {
-      target_.appendToSlot(s.slot, bytes, commands);
+      // A stamped MULTI writes its stamp key too.
+      target_.appendToSlot(s.slot, bytes, commands, stamped || s.multi_key);
     } else if (s.slot == kBroadcast) {
       for (size_t m = 0; m < target_.slotMap().masters().size(); ++m) {
         target_.appendToNode(m, bytes, commands);
@@ -410,7 +432,15 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
       return fail(Error::conflict(what + "; this agent started later, so this pipeline stops — "
                                          "stop the other writer first, then restart this agent"));
     };
-    target_.appendToSlot(map.lowestSlot(m), reencoded_, 1, std::move(expect));
+    auto rebind = [key_prefix = marker_prefix_, token = std::string(token)](int slot) {
+      std::string bytes;
+      resp::appendCommand(
+          bytes,
+          {"SET", fmt::format("{}{{{}}}", key_prefix, cluster::slotTag(slot)), token, "GET"});
+      return bytes;
+    };
+    target_.appendMarkerPart(m, map.lowestSlot(m), reencoded_, std::move(expect),
+                             std::move(rebind));
     // Best effort: the checkpoint counts once a replica of each master has it too (WAIT 1), so
     // a failover to that replica keeps everything the checkpoint covers and the next session
     // replays from it rather than resyncing. A master without a reachable replica answers 0

@@ -58,7 +58,8 @@ class ClusterSink final : public Sink {
   net::awaitable<Status> connect() override { return target_.connect(); }
   net::awaitable<Status> run() override { return target_.run(); }
   void close() override { target_.close(); }
-  net::awaitable<Result<MarkerState>> readMarkers() override;
+  net::awaitable<Result<MarkerState>> readMarkers(
+      const std::vector<std::string>& accepted) override;
   void apply(const source::ResolvedUnit& unit, bool write) override;
   void closeGroup(std::string_view /*replid*/) override {}  // stamped per slot, per unit
   size_t groupUnits() const override { return 0; }
@@ -92,14 +93,25 @@ class ClusterSink final : public Sink {
     int slot = 0;  // kBroadcast / kAnyNode for keyless commands
     std::string bytes;
     size_t commands = 0;
-    bool unsafe = false;  // holds a command whose replay is not idempotent
+    bool unsafe = false;         // holds a command whose replay is not idempotent
+    std::string_view first_key;  // (views scratch_)
+    bool multi_key = false;      // writes more than one key
+    void noteKey(std::string_view key) {
+      if (first_key.empty()) {
+        first_key = key;
+      } else if (key != first_key) {
+        multi_key = true;
+      }
+    }
   };
   static constexpr int kBroadcast = -1;
   static constexpr int kAnyNode = -2;
 
-  /** A marker of this pipeline anywhere on the master `conn` is connected to (bounded SCAN). */
-  net::awaitable<Result<std::optional<std::string>>> findMarker(RedisConnection& conn,
-                                                                const RedisEndpoint& endpoint);
+  /** A marker of this pipeline holding one of `accepted` anywhere on the master `conn` is
+   *  connected to (a bounded SCAN; nullopt: none found). */
+  net::awaitable<Result<std::optional<std::string>>> findMarker(
+      RedisConnection& conn, const RedisEndpoint& endpoint,
+      const std::vector<std::string>& accepted);
   /** Routes the applier's output for one unit (scratch_) to the target. */
   void route(const source::ResolvedUnit& unit, bool write);
   Slice& slice(int slot);

@@ -24,6 +24,8 @@ constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr auto kMapTimeout = std::chrono::seconds(2);
 /** Reroutes in a row with no unit acknowledged in between before the session gives up. */
 constexpr int kMaxRerouteRounds = 100;
+/** Slots of its master a redirected marker is tried in before it is sent where redirected. */
+constexpr int kMaxMarkerRebinds = 16;
 
 std::string_view firstWord(std::string_view s) {
   return s.substr(0, s.find(' '));
@@ -63,6 +65,7 @@ ClusterTarget::ClusterTarget(net::any_io_executor ex, const config::ClusterConfi
       label_(std::move(label)),
       stats_(stats),
       clock_(clock),
+      fenced_(cluster::kSlots, 0),
       control_(ex),
       progress_(ex) {}
 
@@ -128,18 +131,47 @@ net::awaitable<Status> ClusterTarget::connect() {
 }
 
 void ClusterTarget::append(Node& n, Part part, std::string_view bytes) {
+  pending_bytes_ += bytes.size();
+  inflight_commands_ += part.commands;
+  if (part.slot >= 0) {
+    uint8_t& fenced = fenced_[static_cast<size_t>(part.slot)];
+    if (fenced != 0) {
+      // A multi-key part of this slot is out: this one waits for its answer (a TRYAGAIN on it
+      // must not find a later write of its keys applied).
+      held_.push_back(Held{&n, std::move(part), std::string(bytes)});
+      return;
+    }
+    if (part.fence) fenced = 1;
+  }
   if (part.asking) resp::appendCommand(n.pending, {"ASKING"});
   part.batch = n.pending_batch;
   part.begin = n.pending.size();
   n.pending.append(bytes);
   part.end = n.pending.size();
-  pending_bytes_ += bytes.size();
-  inflight_commands_ += part.commands;
   n.parts.push_back(std::move(part));
   n.wake->notify();
 }
 
-void ClusterTarget::appendToSlot(int slot, std::string_view bytes, size_t commands,
+void ClusterTarget::releaseFence(int slot) {
+  fenced_[static_cast<size_t>(slot)] = 0;
+  std::vector<Held> release;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->part.slot == slot) {
+      release.push_back(std::move(*it));
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // In order; the first multi-key one fences the slot again and the rest wait behind it.
+  for (Held& h : release) {
+    inflight_commands_ -= std::min<uint64_t>(inflight_commands_, h.part.commands);
+    pending_bytes_ -= std::min(pending_bytes_, h.bytes.size());
+    append(*h.dest, std::move(h.part), h.bytes);
+  }
+}
+
+void ClusterTarget::appendToSlot(int slot, std::string_view bytes, size_t commands, bool multi_key,
                                  std::optional<Expect> expect) {
   const int m = map_.ownerOf(slot);
   // connect() refuses a map with a slot unowned; a later map (after MOVED) keeps the previous
@@ -149,9 +181,46 @@ void ClusterTarget::appendToSlot(int slot, std::string_view bytes, size_t comman
   p.unit = next_unit_;
   p.slot = slot;
   p.commands = static_cast<uint32_t>(commands);
+  p.fence = multi_key;
   p.expect = std::move(expect);
   append(n, std::move(p), bytes);
   ++open_parts_;
+}
+
+void ClusterTarget::appendMarkerPart(size_t m, int slot, std::string_view bytes, Expect expect,
+                                     RebindFn rebind) {
+  Node& n = *node_index_[static_cast<size_t>(master_node_[m])];
+  Part p;
+  p.unit = next_unit_;
+  p.slot = slot;
+  p.commands = 1;
+  p.expect = std::move(expect);
+  p.master_id = map_.masters()[m].id;
+  p.rebind = std::move(rebind);
+  append(n, std::move(p), bytes);
+  ++open_parts_;
+}
+
+bool ClusterTarget::ownedBy(int slot, const std::string& master_id) const {
+  const int m = map_.ownerOf(slot);
+  return m >= 0 && map_.masters()[static_cast<size_t>(m)].id == master_id;
+}
+
+int ClusterTarget::rebindSlot(Part& p) const {
+  if (p.master_id.empty() || p.rebinds >= kMaxMarkerRebinds) return -1;
+  int m = -1;
+  for (size_t i = 0; i < map_.masters().size(); ++i) {
+    if (map_.masters()[i].id == p.master_id) m = static_cast<int>(i);
+  }
+  if (m < 0) return -1;
+  // From its highest slot down (a reshard usually takes a master's slots from the lowest up),
+  // skipping the ones tried: the n-th highest slot it owns other than the redirected one.
+  int skip = p.rebinds++;
+  for (int s = cluster::kSlots - 1; s >= 0; --s) {
+    if (map_.ownerOf(s) != m || s == p.slot) continue;
+    if (skip-- == 0) return s;
+  }
+  return -1;
 }
 
 void ClusterTarget::appendToNode(size_t m, std::string_view bytes, size_t commands) {
@@ -332,6 +401,11 @@ Status ClusterTarget::onReply(Node& n, const resp::ReplyInfo& info) {
       ++stats_.target_redirects_by_kind[r->ask ? "ask" : "moved"];
     } else if (kind == "EXECABORT" && p.redirect != Part::Redirect::None) {
       // The transaction was discarded because a command in it was redirected: sent again.
+    } else if (kind == "TRYAGAIN" && p.fence) {
+      // Its keys are on both sides of a migrating slot; nothing later of the slot was sent (the
+      // fence): sent again after a back-off.
+      if (p.redirect == Part::Redirect::None) p.redirect = Part::Redirect::TryAgain;
+      ++stats_.target_redirects_by_kind["tryagain"];
     } else if (kind == "TRYAGAIN" || kind == "CLUSTERDOWN" || isAvailabilityError(kind)) {
       ++stats_.target_errors;
       ++stats_.target_errors_by_kind[std::string(kind)];
@@ -388,6 +462,7 @@ void ClusterTarget::partDone(Node& n) {
     control_.notify();
   } else {
     unitPartAnswered(p.unit);
+    if (p.fence && p.slot >= 0) releaseFence(p.slot);
   }
   releaseBatches(n);
 }
@@ -411,42 +486,24 @@ net::awaitable<Status> ClusterTarget::reroute() {
         "settle (check CLUSTER SLOTS on every node)",
         label_, kMaxRerouteRounds)));
   }
-  if (reroute_rounds_ > 1) {
-    // The slot's new owner may not know it yet (SETSLOT reaches the nodes one by one).
+  const bool tryagain = std::any_of(resends_.begin(), resends_.end(), [](const Resend& r) {
+    return r.part.redirect == Part::Redirect::TryAgain;
+  });
+  if (reroute_rounds_ > 1 || tryagain) {
+    // The slot's new owner may not know it yet (SETSLOT reaches the nodes one by one); the keys
+    // of a TRYAGAIN are still being migrated.
     net::steady_timer t(ex_);
     t.expires_after(std::chrono::milliseconds(std::min(20 * reroute_rounds_, 500)));
     co_await t.async_wait(net::as_tuple(net::use_awaitable));
     if (closing_ || failed_) co_return Status{};
   }
-  // Every part to send again: the redirected ones and every one not yet sent, in unit order
-  // (stable: within a unit, a node's parts keep their order, redirected before queued).
-  struct Item {
-    Resend r;
-    Node* home;
-  };
-  std::vector<Item> items;
-  bool moved = false;
-  for (Resend& r : resends_) {
-    moved = moved || r.part.redirect == Part::Redirect::Moved;
-    items.push_back(Item{std::move(r), nullptr});
-  }
-  resends_.clear();
-  for (Node* n : node_index_) {
-    for (Part& p : n->parts) {
-      Resend r;
-      r.bytes.assign(n->pending, p.begin, p.end - p.begin);
-      r.part = std::move(p);
-      r.part.redirect = Part::Redirect::None;
-      r.part.replies = 0;
-      items.push_back(Item{std::move(r), n});
-    }
-    n->parts.clear();
-    n->sent_parts = 0;
-    n->pending.clear();
-  }
-  pending_bytes_ = 0;
-  std::stable_sort(items.begin(), items.end(),
-                   [](const Item& a, const Item& b) { return a.r.part.unit < b.r.part.unit; });
+  // The map first: the sink goes on appending while this waits, into the nodes' queues, and
+  // every part queued until the parts are collected below is sent in unit order. (Collected
+  // first, an older part would be queued again behind a newer one of the same key that came
+  // in meanwhile: a write applied before the one it followed.)
+  const bool moved = std::any_of(resends_.begin(), resends_.end(), [](const Resend& r) {
+    return r.part.redirect == Part::Redirect::Moved;
+  });
   if (moved) {
     std::vector<config::NodeAddress> known;
     for (const Node* n : node_index_) known.push_back({n->addr.host, n->addr.port});
@@ -473,10 +530,58 @@ net::awaitable<Status> ClusterTarget::reroute() {
           std::find(node_index_.begin(), node_index_.end(), &n) - node_index_.begin()));
     }
   }
+  // Every part to send again: the redirected ones and every one not yet sent, in unit order
+  // (stable: within a unit, a node's parts keep their order, redirected before queued).
+  struct Item {
+    Resend r;
+    Node* home;
+  };
+  std::vector<Item> items;
+  for (Resend& r : resends_) {
+    items.push_back(Item{std::move(r), nullptr});
+  }
+  resends_.clear();
+  for (Node* n : node_index_) {
+    for (Part& p : n->parts) {
+      Resend r;
+      r.bytes.assign(n->pending, p.begin, p.end - p.begin);
+      r.part = std::move(p);
+      r.part.redirect = Part::Redirect::None;
+      r.part.replies = 0;
+      items.push_back(Item{std::move(r), n});
+    }
+    n->parts.clear();
+    n->sent_parts = 0;
+    n->pending.clear();
+  }
+  for (Held& h : held_) {
+    Resend r;
+    r.bytes = std::move(h.bytes);
+    r.part = std::move(h.part);
+    items.push_back(Item{std::move(r), h.dest});
+  }
+  held_.clear();
+  std::fill(fenced_.begin(), fenced_.end(), 0);  // appended again below, in order
+  pending_bytes_ = 0;
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.r.part.unit < b.r.part.unit; });
   for (Item& it : items) {
     Part& p = it.r.part;
     Node* dest = it.home;
-    if (it.r.part.redirect == Part::Redirect::Ask) {
+    if (p.rebind && (p.redirect == Part::Redirect::Ask || p.redirect == Part::Redirect::Moved ||
+                     !ownedBy(p.slot, p.master_id))) {
+      // A master's marker whose slot is leaving (ASK) or left (MOVED, or a reloaded map gives it
+      // to another master before it was sent) that master: written into another slot of the
+      // same master, so the master keeps a marker of this checkpoint. (A key this agent has not
+      // read there: no expectation on its old value.)
+      if (const int slot = rebindSlot(p); slot >= 0) {
+        p.slot = slot;
+        it.r.bytes = p.rebind(slot);
+        p.expect.reset();
+        p.redirect = Part::Redirect::None;
+      }
+    }
+    if (p.redirect == Part::Redirect::Ask) {
       dest = &nodeFor(p.ask_host, p.ask_port);
       p.asking = true;
     } else {

@@ -17,11 +17,19 @@
 //    key-wide (an absent key stays absent on the exporting node), so every later command on the
 //    same key was redirected too and is sent after: the order per key holds. Counted in
 //    xdcr_target_redirects_total{kind}.
-//  - TRYAGAIN (a multi-key command during a migration), CLUSTERDOWN, and the availability
-//    errors of RedisTarget (READONLY after a failover, OOM, ...) end the session without
-//    acknowledging: the pipeline resumes from its acknowledged offset on a fresh slot map. A later
-//    single-key write on the same keys may already have succeeded, so resending the part alone
-//    could reorder them: replaying the stream from the acknowledged offset cannot.
+//  - TRYAGAIN: a multi-key part (a MULTI over several keys of a slot, a replay-stamped MULTI,
+//    MSET/DEL of several keys) whose keys are split between the two nodes of a migrating slot.
+//    It is sent again after a short back-off, like a redirected part, until the keys are on one
+//    side. That keeps the order per key only because nothing later of the same slot was sent
+//    meanwhile: a multi-key part FENCES its slot — later parts of that slot wait, unsent, until
+//    it is answered (other slots go on). A single-key part needs no fence: a redirection of a
+//    single key is key-wide, as above.
+//  - The target-loss marker of a master (a part with `rebind`): when it is redirected (its slot
+//    left the master, or is leaving it), it is written again into another slot the master owns,
+//    so each master keeps its own marker through a reshard.
+//  - CLUSTERDOWN and the availability errors of RedisTarget (READONLY after a failover, OOM, ...)
+//    end the session without acknowledging: the pipeline resumes from its acknowledged offset on
+//    a fresh slot map, after the markers are checked (a failover can lose writes).
 //  - Data errors (WRONGTYPE, ...) are counted and the stream goes on, as on a standalone target.
 //
 // Not thread-safe; one strand.
@@ -70,9 +78,15 @@ class ClusterTarget {
     MismatchFn on_mismatch;            // an error it returns ends the session
   };
 
-  /** Appends a part for `slot`: `commands` commands in `bytes` (complete RESP). */
-  void appendToSlot(int slot, std::string_view bytes, size_t commands,
+  /** Appends a part for `slot`: `commands` commands in `bytes` (complete RESP). `multi_key`:
+   *  it writes more than one key (it fences its slot, see the header comment). */
+  void appendToSlot(int slot, std::string_view bytes, size_t commands, bool multi_key = false,
                     std::optional<Expect> expect = std::nullopt);
+  /** The bytes of a master's marker written into `slot` instead (one command). */
+  using RebindFn = std::function<std::string(int slot)>;
+  /** Appends master `m`'s target-loss marker, one command in `bytes` for the slot `slot` it
+   *  owns; `rebind` rewrites it for another slot of that master when it is redirected. */
+  void appendMarkerPart(size_t m, int slot, std::string_view bytes, Expect expect, RebindFn rebind);
   /** Appends a keyless part for master `m` of slotMap() (FLUSHALL to every master, ...). */
   void appendToNode(size_t m, std::string_view bytes, size_t commands);
   /** Ends the unit whose parts were appended since the last commit: once they (and every unit
@@ -107,8 +121,12 @@ class ClusterTarget {
     uint64_t batch = 0;  // the node's batch holding its bytes
     size_t begin = 0, end = 0;
     std::optional<Expect> expect;
+    bool fence = false;     // multi-key: later parts of its slot wait until it is answered
+    std::string master_id;  // a marker: the master it is for (rebound when redirected)
+    RebindFn rebind;        // a marker: its bytes for another slot of that master
+    int rebinds = 0;        // slots tried so far
     // set by the reader
-    enum class Redirect : uint8_t { None, Moved, Ask } redirect = Redirect::None;
+    enum class Redirect : uint8_t { None, Moved, Ask, TryAgain } redirect = Redirect::None;
     std::string ask_host;
     uint16_t ask_port = 0;
     bool asking = false;  // the part starts with ASKING (its first reply is ASKING's)
@@ -131,6 +149,12 @@ class ClusterTarget {
     std::chrono::steady_clock::time_point last_reply{};
     std::unique_ptr<Notify> wake;
   };
+  /** A part waiting behind its slot's fence, with its destination and a copy of its bytes. */
+  struct Held {
+    Node* dest;
+    Part part;
+    std::string bytes;
+  };
   struct Unit {
     uint64_t seq;
     uint64_t offset;
@@ -138,7 +162,14 @@ class ClusterTarget {
   };
 
   Node& nodeFor(const std::string& host, uint16_t port);
+  /** Queues a part on `n`, or behind its slot's fence (held_). */
   void append(Node& n, Part part, std::string_view bytes);
+  /** The fence of `slot` is answered: its held parts are queued, in order. */
+  void releaseFence(int slot);
+  /** The slot map in force gives `slot` to the master of node id `master_id`. */
+  bool ownedBy(int slot, const std::string& master_id) const;
+  /** A redirected marker: the slot of its master to write it into now (-1: none left). */
+  int rebindSlot(Part& p) const;
   void startNode(Node& n);
   net::awaitable<Status> connectNode(Node& n);
   net::awaitable<Status> runWriter(Node& n);
@@ -171,6 +202,8 @@ class ClusterTarget {
   size_t pending_bytes_ = 0;
   uint64_t max_bulk_ = 512ULL << 20;
   std::vector<Resend> resends_;  // redirected parts, in the order they were answered
+  std::vector<uint8_t> fenced_;  // per slot: a multi-key part of it is sent, not yet answered
+  std::deque<Held> held_;        // parts behind a fence, in the order they came
   bool reroute_needed_ = false;
   bool holding_ = false;    // writers send nothing new (a reroute is under way)
   int reroute_rounds_ = 0;  // consecutive reroutes without a unit acknowledged in between

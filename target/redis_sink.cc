@@ -53,7 +53,8 @@ net::awaitable<Status> RedisSink::followMaster() {
   co_return fail(std::move(moved));
 }
 
-net::awaitable<Result<MarkerState>> RedisSink::readMarkers() {
+net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
+    const std::vector<std::string>& /*accepted*/) {
   RedisConnection conn(co_await net::this_coro::executor, label_ + " marker check");
   constexpr auto kTimeout = std::chrono::seconds(10);
   // The node the writer reached (a Sentinel-managed target's master as discovered).

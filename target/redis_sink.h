@@ -37,7 +37,8 @@ class RedisSink final : public Sink {
   net::awaitable<Status> connect() override { return target_.connect(); }
   net::awaitable<Status> run() override;
   void close() override { target_.close(); }
-  net::awaitable<Result<MarkerState>> readMarkers() override;
+  net::awaitable<Result<MarkerState>> readMarkers(
+      const std::vector<std::string>& accepted) override;
   void apply(const source::ResolvedUnit& unit, bool write) override;
   void closeGroup(std::string_view replid) override;
   size_t groupUnits() const override { return group_units_; }

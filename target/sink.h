@@ -69,8 +69,11 @@ class Sink {
   /** Writes and reads replies until close() or an error (a failed write fails the session). */
   virtual net::awaitable<Status> run() = 0;
   virtual void close() = 0;
-  /** Reads the marker and the replay stamp, on a connection of its own. */
-  virtual net::awaitable<Result<MarkerState>> readMarkers() = 0;
+  /** Reads the marker and the replay stamp, on a connection of its own. `accepted`: the tokens
+   *  the checkpoint accepts (a sink of several masters looks beyond a master's usual marker key
+   *  for one of them: a reshard moves marker keys). */
+  virtual net::awaitable<Result<MarkerState>> readMarkers(
+      const std::vector<std::string>& accepted) = 0;
 
   /**
    * Judges, encodes and appends one resolved unit (a source transaction stays one transaction).
