@@ -294,6 +294,15 @@ std::vector<std::string> securityWarnings(const Config& config) {
   return out;
 }
 
+std::string ClusterConfig::slotsText() const {
+  std::string out;
+  for (const auto& [lo, hi] : slots) {
+    if (!out.empty()) out += ",";
+    out += lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
+  }
+  return out;
+}
+
 std::string ClusterConfig::address() const {
   auto join = [](const std::vector<NodeAddress>& nodes) {
     std::string out;

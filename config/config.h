@@ -125,6 +125,15 @@ struct ClusterConfig {
   std::vector<NodeAddress> seeds;
   /** redis_cluster as a source: `read_from`. */
   ReadFrom read_from = ReadFrom::Master;
+  /**
+   * redis_cluster as a source: `slots`, the hash slots this agent replicates (inclusive ranges,
+   * ascending, not overlapping); empty = all 16384. Several agents split one cluster by giving
+   * each its own ranges: an agent follows only the shards that own one of its slots and
+   * replicates only the keys in them.
+   */
+  std::vector<std::pair<int, int>> slots;
+  /** `slots` as written ("0-8191", ...), for messages and the effective config. */
+  std::string slotsText() const;
   /** redis_sentinel: `sentinels`, `master_name`, and the Sentinels' own credentials. */
   std::vector<NodeAddress> sentinels;
   std::string master_name;

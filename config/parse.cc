@@ -15,6 +15,7 @@
 #include <re2/re2.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -920,6 +921,7 @@ void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnos
       {"address", "redis"},
       {"addresses", "redis_cluster"},
       {"read_from", "redis_cluster"},
+      {"slots", "redis_cluster"},
       {"sentinels", "redis_sentinel"},
       {"master_name", "redis_sentinel"},
       {"sentinel_username", "redis_sentinel"},
@@ -941,7 +943,7 @@ void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnos
       message += key == "addresses"
                      ? "a single server takes address: host:port; for a Redis Cluster set "
                        "type: redis_cluster"
-                 : key == "read_from"
+                 : key == "read_from" || key == "slots"
                      ? "remove it, or set type: redis_cluster"
                      : "for a Sentinel-managed master set type: redis_sentinel (with sentinels "
                        "and master_name)";
@@ -958,6 +960,66 @@ void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnos
   }
 }
 
+/** One `slots` entry: "N" or "A-B" (a YAML integer N too). nullopt: invalid (reported). */
+std::optional<std::pair<int, int>> parseSlotRange(const YAML::Node& item, const Mark& mark,
+                                                  Diagnostics& diags) {
+  auto text = readString(item, mark, "a slot range", diags);
+  if (!text) return std::nullopt;
+  auto number = [](std::string_view s) -> std::optional<int> {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    int v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+    return v;
+  };
+  const size_t dash = text->find('-');
+  const auto lo = number(std::string_view(*text).substr(0, dash));
+  const auto hi = dash == std::string::npos ? lo : number(std::string_view(*text).substr(dash + 1));
+  if (!lo || !hi) {
+    diags.error(mark, "invalid slot range " + quote(*text) +
+                          " in slots; write \"FIRST-LAST\" or one slot, e.g. \"0-8191\"");
+    return std::nullopt;
+  }
+  if (*lo < 0 || *hi > 16383 || *lo > *hi) {
+    diags.error(mark, "slot range " + quote(*text) +
+                          " in slots is not within 0-16383 with FIRST <= LAST; a Redis Cluster "
+                          "has the slots 0 to 16383");
+    return std::nullopt;
+  }
+  return std::make_pair(*lo, *hi);
+}
+
+/** `slots`: a list of slot ranges, sorted into `out`; overlaps are refused. */
+void parseSlotRanges(const Entry& entry, std::vector<std::pair<int, int>>& out,
+                     Diagnostics& diags) {
+  if (!expectList(entry, diags)) return;
+  if (entry.value.size() == 0) {
+    diags.error(entry.value_mark,
+                "slots is empty; list the slot ranges this agent replicates, e.g. [\"0-8191\"], "
+                "or remove it to replicate every slot");
+    return;
+  }
+  std::vector<std::pair<std::pair<int, int>, Mark>> ranges;
+  for (const auto& item : entry.value) {
+    const Mark mark = markOf(item);
+    if (auto r = parseSlotRange(item, mark, diags)) ranges.emplace_back(*r, mark);
+  }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (i > 0 && ranges[i].first.first <= ranges[i - 1].first.second) {
+      diags.error(ranges[i].second, "slot range " + std::to_string(ranges[i].first.first) + "-" +
+                                        std::to_string(ranges[i].first.second) + " overlaps " +
+                                        std::to_string(ranges[i - 1].first.first) + "-" +
+                                        std::to_string(ranges[i - 1].first.second) +
+                                        " in slots; list each slot once");
+      continue;
+    }
+    out.push_back(ranges[i].first);
+  }
+}
+
 void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cluster,
                   ClusterInfo& info, Diagnostics& diags) {
   cluster.name = entry.key;
@@ -970,11 +1032,11 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
   if (!expectMap(entry.value, entry.value_mark, "cluster " + quote(entry.key), diags)) {
     return;
   }
-  MapReader reader(
-      entry.value, "in cluster",
-      {"type", "address", "addresses", "read_from", "sentinels", "master_name", "sentinel_username",
-       "sentinel_password", "link_timeout", "username", "password", "tls", "buckets"},
-      diags);
+  MapReader reader(entry.value, "in cluster",
+                   {"type", "address", "addresses", "read_from", "slots", "sentinels",
+                    "master_name", "sentinel_username", "sentinel_password", "link_timeout",
+                    "username", "password", "tls", "buckets"},
+                   diags);
   bool type_ok = true;
   if (const Entry* e = reader.get("type")) {
     info.type = e->value_mark;
@@ -1033,6 +1095,10 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
               *e, {{"master", ReadFrom::Master}, {"replica", ReadFrom::Replica}}, diags)) {
         cluster.read_from = *from;
       }
+    }
+    if (const Entry* e = reader.get("slots")) {
+      info.slots = e->key_mark;
+      parseSlotRanges(*e, cluster.slots, diags);
     }
   }
   if (type_ok && cluster.kind == ClusterKind::RedisSentinel) {

@@ -63,6 +63,7 @@ Json clusterJson(const ClusterConfig& cluster) {
     case ClusterKind::RedisCluster:
       json["addresses"] = nodes(cluster.seeds);
       json["read_from"] = cluster.read_from == ReadFrom::Replica ? "replica" : "master";
+      if (!cluster.slots.empty()) json["slots"] = cluster.slotsText();
       break;
     case ClusterKind::RedisSentinel:
       json["sentinels"] = nodes(cluster.sentinels);

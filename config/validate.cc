@@ -242,6 +242,26 @@ void checkReadFrom(const ParsedConfig& parsed, Diagnostics& diags) {
   }
 }
 
+/** slots selects what of a cluster this agent replicates: meaningless for a cluster only
+ *  written (every key a pipeline writes goes to its slot's master). */
+void checkSlots(const ParsedConfig& parsed, Diagnostics& diags) {
+  for (const auto& [name, info] : parsed.cluster_info) {
+    if (info.slots.line == 0) continue;
+    const PipelineConfig* written_by = nullptr;
+    bool read = false;
+    for (const auto& pipeline : parsed.config.pipelines) {
+      read = read || pipeline.source == name;
+      if (pipeline.target == name && written_by == nullptr) written_by = &pipeline;
+    }
+    if (read || written_by == nullptr) continue;
+    diags.error(info.slots,
+                "slots selects the part of a Redis Cluster this agent replicates, so it applies "
+                "only to a source, but cluster " +
+                    quote(name) + " is only a target (of pipeline " + quote(written_by->name) +
+                    "); remove slots");
+  }
+}
+
 /**
  * One edge of the replication graph: a pipeline between two servers, or, for a pipeline whose
  * source and target are one server, one entry of its dbs map (db -> another db of that server).
@@ -430,6 +450,7 @@ void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
     checkClusterDbs(parsed, pipeline, marks, diags);
   }
   checkReadFrom(parsed, diags);
+  checkSlots(parsed, diags);
   checkCycles(parsed, groups, diags);
 }
 

@@ -2,6 +2,10 @@
 
 #include <re2/re2.h>
 
+#include <algorithm>
+
+#include "common/cluster_slot.h"
+
 namespace xdcr::filters {
 
 KeySpace::KeySpace(const config::PipelineConfig& pipeline)
@@ -16,9 +20,22 @@ KeySpace::KeySpace(const config::PipelineConfig& pipeline)
   }
 }
 
+KeySpace::KeySpace(const config::PipelineConfig& pipeline,
+                   const std::vector<std::pair<int, int>>& source_slots)
+    : KeySpace(pipeline) {
+  if (source_slots.empty()) return;
+  all_slots_ = false;
+  for (const auto& [lo, hi] : source_slots) {
+    for (int s = std::max(lo, 0); s <= std::min(hi, cluster::kSlots - 1); ++s) {
+      slots_.set(static_cast<size_t>(s));
+    }
+  }
+}
+
 KeySpace::~KeySpace() = default;
 
 bool KeySpace::keyPasses(std::string_view key) const {
+  if (!all_slots_ && !slots_.test(static_cast<size_t>(cluster::keySlot(key)))) return false;
   if (!include_.empty()) {
     bool any = false;
     for (const auto& re : include_) {

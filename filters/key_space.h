@@ -1,10 +1,13 @@
 #pragma once
 // A pipeline's key space, one immutable value: which source dbs it replicates and into which
 // target db (`dbs`), which keys (`filters.include_keys` / `exclude_keys`, RE2, unanchored
-// search) and under which name (`key_rewrite`). Built once per pipeline configuration and shared
+// search), which hash slots of a Redis Cluster source (its `slots`: an agent that replicates part
+// of a cluster), and under which name (`key_rewrite`). Built once per pipeline configuration and
+// shared
 // (KeySpaceConstSharedPtr) by everything that must agree on it: the event filter and the sink
 // that write, the stale-key sweep after a full sync, and `xdcr-agent verify` that compares.
 
+#include <bitset>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,6 +26,9 @@ namespace xdcr::filters {
 class KeySpace {
  public:
   explicit KeySpace(const config::PipelineConfig& pipeline);
+  /** With the source cluster's `slots` (empty: every slot). */
+  KeySpace(const config::PipelineConfig& pipeline,
+           const std::vector<std::pair<int, int>>& source_slots);
   ~KeySpace();
   KeySpace(const KeySpace&) = delete;
   KeySpace& operator=(const KeySpace&) = delete;
@@ -33,7 +39,8 @@ class KeySpace {
     auto it = dbs_.find(source_db);
     return it == dbs_.end() ? -1 : it->second;
   }
-  /** include_keys / exclude_keys verdict for one key (any db). */
+  /** include_keys / exclude_keys verdict for one key (any db), and its slot among the source
+   *  cluster's `slots` when they are set. */
   bool keyPasses(std::string_view key) const;
   /** Both: the key is in the pipeline's key space. */
   bool contains(int source_db, std::string_view key) const {
@@ -63,6 +70,8 @@ class KeySpace {
   std::vector<std::unique_ptr<re2::RE2>> include_;
   std::vector<std::unique_ptr<re2::RE2>> exclude_;
   std::vector<config::KeyRewrite> rewrites_;
+  bool all_slots_ = true;
+  std::bitset<16384> slots_;  // with !all_slots_: the source slots replicated
 };
 
 using KeySpaceConstSharedPtr = std::shared_ptr<const KeySpace>;

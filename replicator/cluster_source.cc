@@ -224,6 +224,24 @@ net::awaitable<Status> ClusterSourceGroup::startShard(const source::ShardView& v
   co_return Status{};
 }
 
+bool ClusterSourceGroup::selected(const source::ShardView& v) const {
+  // With `slots`, a shard that owns none of them holds no key this agent replicates. Once
+  // followed, a shard stays followed while it exists, whatever it owns later: after a reshard
+  // its stream still carries the DELs (and, importing, the RESTORE-ASKINGs) of keys of the
+  // agent's slots that the migration guard pairs, and stopping and restarting it would cost a
+  // full sync.
+  // A master without slots is followed too: it is usually about to import some (a node added
+  // to the cluster), and following its stream from before the first RESTORE-ASKING lets the
+  // migration guard pair its restores with the exporters' DELs.
+  if (source_.slots.empty() || v.slots.empty()) return true;
+  for (const auto& [lo, hi] : v.slots) {
+    for (const auto& [a, b] : source_.slots) {
+      if (lo <= b && a <= hi) return true;
+    }
+  }
+  return false;
+}
+
 net::awaitable<void> ClusterSourceGroup::run() {
   bool reported = false;
   while (!stopping_) {
@@ -241,7 +259,7 @@ net::awaitable<void> ClusterSourceGroup::run() {
     for (const auto& v : shards) {
       const bool known = std::any_of(running_.begin(), running_.end(),
                                      [&](const Running& r) { return r.locator->knows(v); });
-      if (known || v.master() == nullptr) continue;
+      if (known || v.master() == nullptr || !selected(v)) continue;
       if (auto s = co_await startShard(v); !s) {
         spdlog::warn("source {}: shard {} not started yet: {}", source_.name, v.label(),
                      s.error().message);

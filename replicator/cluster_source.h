@@ -118,6 +118,8 @@ class ClusterSourceGroup {
     std::vector<std::string> instances;
     int missing = 0;  // discoveries in a row that did not find the shard
   };
+  /** The shard owns one of the source's `slots` (all shards without `slots`). */
+  bool selected(const source::ShardView& v) const;
   /** Starts the instances of shard `v` (checkpoints matched by lineage). */
   net::awaitable<Status> startShard(const source::ShardView& v);
 

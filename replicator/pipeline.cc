@@ -41,7 +41,7 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
       limits_(limits),
       target_clock_(clock),
       policy_(target_cluster_.buckets),
-      keys_(std::make_shared<const filters::KeySpace>(pipeline)),
+      keys_(std::make_shared<const filters::KeySpace>(pipeline, source_cluster_.slots)),
       store_(config_->agent.state_dir, instance_),
       ex_(ex),
       pause_wake_(ex) {

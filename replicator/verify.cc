@@ -120,7 +120,7 @@ class Verifier {
         src_(VerifySide::make(ex, src_cfg_, "source", kTimeout)),
         dst_(VerifySide::make(ex, dst_cfg_, "target", kTimeout)),
         local_clock_(),
-        keys_(std::make_shared<const filters::KeySpace>(pipe)),
+        keys_(std::make_shared<const filters::KeySpace>(pipe, src_cfg_.slots)),
         policy_(dst_cfg_.buckets) {}
 
   net::awaitable<int> run();

@@ -66,6 +66,25 @@ TEST(KeySpace, RewriteUsesTheFirstMatchingPrefixAndUnrewriteUndoesIt) {
   EXPECT_EQ(ks.unrewrite("plain"), "plain");
 }
 
+TEST(KeySpace, SourceSlotsSelectKeysByHashSlot) {
+  // A cluster split across agents: this one replicates slots 0-5460 (and 12182, alone).
+  // CLUSTER KEYSLOT: "foo" 12182, "bar" 5061, "{bar}x" 5061 (its tag), "hello" 866, "a" 15495.
+  auto p = pipeline();
+  p.filters.exclude_keys.push_back({"^hello", {}});
+  const KeySpace ks(p, {{0, 5460}, {12182, 12182}});
+  EXPECT_TRUE(ks.keyPasses("bar"));
+  EXPECT_TRUE(ks.keyPasses("{bar}x"));
+  EXPECT_TRUE(ks.keyPasses("foo"));
+  EXPECT_FALSE(ks.keyPasses("a"));
+  EXPECT_FALSE(ks.keyPasses("hello"));  // in a selected slot, excluded by the filters
+  EXPECT_TRUE(ks.contains(0, "bar"));
+  EXPECT_FALSE(ks.contains(0, "a"));
+  // No slots given: every slot, as before.
+  const KeySpace all(p, {});
+  EXPECT_TRUE(all.keyPasses("a"));
+  EXPECT_TRUE(all.keyPasses("foo"));
+}
+
 TEST(KeySpace, OutlivesTheConfigItWasBuiltFrom) {
   // Shared by the sink, the sweep and verify: it owns copies, not views of the config.
   KeySpaceConstSharedPtr ks;

@@ -203,9 +203,11 @@ class ClusterAgentTest : public ::testing::Test {
     agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent.log"));
   }
 
-  /** /status's entry for pipeline p ({} while it does not answer); `why` says why. */
-  nlohmann::json pipelineStatus(std::string* why = nullptr) {
-    auto reply = replicator::adminGet(admin_, "/status", 2s);
+  /** /status's entry for pipeline `name` of the agent at `admin` (default: pipeline p of agent_;
+   *  {} while it does not answer); `why` says why. */
+  nlohmann::json pipelineStatus(std::string* why = nullptr, const std::string& admin = "",
+                                const std::string& name = "p") {
+    auto reply = replicator::adminGet(admin.empty() ? admin_ : admin, "/status", 2s);
     std::string problem;
     nlohmann::json found;
     if (!reply || reply->first != 200) {
@@ -216,11 +218,11 @@ class ClusterAgentTest : public ::testing::Test {
         problem = reply->second;
       } else {
         for (const auto& p : doc["pipelines"]) {
-          if (p.value("name", "") == "p") {
+          if (p.value("name", "") == name) {
             found = p;
           }
         }
-        problem = found.is_null() ? "no pipeline p in " + reply->second : "";
+        problem = found.is_null() ? "no pipeline " + name + " in " + reply->second : "";
       }
     }
     if (why) {
@@ -236,17 +238,19 @@ class ClusterAgentTest : public ::testing::Test {
 
   /**
    * Until /status shows pipeline p streaming: with `shards` > 0 (a cluster source) that many
-   * shard instances, each streaming.
+   * shard instances, each streaming. (Another agent: its process, admin address and pipeline.)
    */
-  void waitStreaming(size_t shards) {
+  void waitStreaming(size_t shards, AgentProcess* other = nullptr, const std::string& admin = "",
+                     const std::string& name = "p") {
+    AgentProcess& agent = other != nullptr ? *other : *agent_;
     std::string last;
     const auto start = SteadyClock::now();
     const bool reached = waitUntil(
         [&] {
-          if (!agent_->running()) {
+          if (!agent.running()) {
             return true;
           }
-          const nlohmann::json p = pipelineStatus(&last);
+          const nlohmann::json p = pipelineStatus(&last, admin, name);
           if (p.is_null()) {
             return false;
           }
@@ -265,9 +269,10 @@ class ClusterAgentTest : public ::testing::Test {
           return true;
         },
         kStreamingTimeout, 200ms);
-    ASSERT_TRUE(agent_->running()) << "the agent ended: " << agent_->describeState();
-    ASSERT_TRUE(reached) << "pipeline p not streaming (" << shards << " shards) within "
-                         << kStreamingTimeout.count() << " s; /status: " << last;
+    ASSERT_TRUE(agent.running()) << "the agent ended: " << agent.describeState();
+    ASSERT_TRUE(reached) << "pipeline " << name << " not streaming (" << shards
+                         << " shards) within " << kStreamingTimeout.count()
+                         << " s; /status: " << last;
     report("agent streaming " + std::to_string(msSince(start)) + " ms after the wait began");
   }
 
@@ -382,28 +387,33 @@ class ClusterAgentTest : public ::testing::Test {
     EXPECT_EQ(c.report.contents, 0);
     EXPECT_EQ(c.report.deadlines, 0);
     EXPECT_GT(c.source.keys.size(), 100u) << "nothing was written: the comparison proves nothing";
-    if (c.ok) expectVerifyClean(what, c.source.keys.size());
+    if (c.ok && verify_in_converge_) {
+      EXPECT_GE(expectVerifyClean(what, config_path_, "p"),
+                static_cast<int64_t>(c.source.keys.size()));
+    }
     return c;
   }
 
-  /** `xdcr-agent verify` of pipeline p (the tool an operator runs) agrees: every key checked,
-   *  0 missing, 0 value and 0 deadline mismatches, exit 0. */
-  void expectVerifyClean(const std::string& what, size_t keys) {
+  /** `xdcr-agent verify` of a pipeline (the tool an operator runs) agrees: 0 missing, 0 value
+   *  and 0 deadline mismatches, exit 0. Returns how many keys it checked (-1: no report). */
+  int64_t expectVerifyClean(const std::string& what, const std::string& config,
+                            const std::string& pipeline) {
     const AgentCommandResult v =
-        runAgentCommand({"verify", "-c", config_path_, "-p", "p", "-o", "json", "--rechecks", "2",
+        runAgentCommand({"verify", "-c", config, "-p", pipeline, "-o", "json", "--rechecks", "2",
                          "--rate", "0", "--ttl-tolerance", "1s"},
                         dir_.file("verify-" + std::to_string(++verifies_) + ".out"));
-    ASSERT_TRUE(v.report.is_object()) << what << ": verify printed no report\n" << v.output;
-    report(what + ": xdcr-agent verify: exit " + std::to_string(v.exit_code) + ", " +
-           std::to_string(v.report.value("checked", -1)) + " checked, " +
+    EXPECT_TRUE(v.report.is_object()) << what << ": verify printed no report\n" << v.output;
+    if (!v.report.is_object()) return -1;
+    report(what + ": xdcr-agent verify -p " + pipeline + ": exit " + std::to_string(v.exit_code) +
+           ", " + std::to_string(v.report.value("checked", -1)) + " checked, " +
            std::to_string(v.report.value("missing", -1)) + " missing, " +
            std::to_string(v.report.value("value_mismatches", -1)) + " value and " +
            std::to_string(v.report.value("ttl_mismatches", -1)) + " deadline mismatches");
     EXPECT_EQ(v.exit_code, 0) << what << "\n" << v.output;
-    EXPECT_GE(v.report.value("checked", int64_t{-1}), static_cast<int64_t>(keys)) << v.output;
     EXPECT_EQ(v.report.value("missing", -1), 0) << what << "\n" << v.output;
     EXPECT_EQ(v.report.value("value_mismatches", -1), 0) << what << "\n" << v.output;
     EXPECT_EQ(v.report.value("ttl_mismatches", -1), 0) << what << "\n" << v.output;
+    return v.report.value("checked", int64_t{-1});
   }
 
   void printCounters(const std::string& when) {
@@ -428,6 +438,7 @@ class ClusterAgentTest : public ::testing::Test {
   std::string admin_;
   std::string config_path_;
   int verifies_ = 0;
+  bool verify_in_converge_ = true;  // converge() runs verify of pipeline p of config_path_
   int64_t agent_started_ms_ = 0;
   std::unique_ptr<AgentProcess> agent_;
   std::unique_ptr<ClusterLoad> load_;
@@ -706,6 +717,72 @@ TEST_F(ClusterToClusterTest, TargetFailover) {
   printCounters("after the target failover");
   EXPECT_TRUE(agent_->running()) << agent_->describeState();
   report("TargetFailover took " + std::to_string(msSince(started)) + " ms");
+}
+
+// 6. Scale-out: two agents split one source cluster by slot ranges (`slots` on the source), each
+// with its own pipeline name, state directory and admin port, into the same target cluster. Each
+// follows only the shards that own one of its slots (a shard straddling the boundary is read by
+// both, each replicating its own keys of it); together they leave the target equal to the
+// source, and each one's `xdcr-agent verify` checks exactly its own keys.
+TEST_F(ClusterToClusterTest, TwoAgentsSplitTheSourceBySlots) {
+  const auto started = SteadyClock::now();
+  verify_in_converge_ = false;  // each agent's verify covers its half: run below
+  ClusterClient src = source_->client();
+  writeSnapshotData(src, "split", 24);
+  auto shardsOwning = [&](int lo, int hi) {
+    size_t n = 0;
+    for (RedisServer* m : source_->masters()) {
+      bool owns = false;
+      for (const auto& [a, b] : source_->slotRanges(*m)) owns = owns || (a <= hi && lo <= b);
+      n += owns ? 1 : 0;
+    }
+    return n;
+  };
+  const size_t shards_a = shardsOwning(0, 8191);
+  const size_t shards_b = shardsOwning(8192, 16383);
+  report("source " + source_->describe() + ": agent a (slots 0-8191) follows " +
+         std::to_string(shards_a) + " shards, agent b (8192-16383) " + std::to_string(shards_b));
+  ASSERT_LT(shards_a, source_->masters().size()) << "the split would not split anything";
+
+  startAgent(
+      redisClusterYaml("src", *source_, "slots: [\"0-8191\"]") + redisClusterYaml("dst", *target_),
+      "");
+  const std::string admin_b = "127.0.0.1:" + std::to_string(freePort());
+  const std::string config_b = dir_.file("xdcr-b.yaml");
+  writeFileText(config_b, "agent:\n  state_dir: \"" + dir_.file("state-b") +
+                              "\"\n  log_level: info\n  admin_listen: \"" + admin_b +
+                              "\"\nclusters:\n" +
+                              redisClusterYaml("src", *source_, "slots: [\"8192-16383\"]") +
+                              redisClusterYaml("dst", *target_) +
+                              "pipelines:\n  - {name: q, source: src, target: dst, "
+                              "checkpoint_interval: 1s}\n");
+  AgentProcess agent_b(config_b, dir_.file("agent-b.log"));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(shards_a));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(shards_b, &agent_b, admin_b, "q"));
+
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("sp", 124), kOpsBefore));
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+  const Converged c = expectEqual("two agents, split by slots");
+
+  // Each agent's verify checks its own slots' keys (nothing else of the source): the two counts
+  // add up to the source's keys.
+  const int64_t checked_a = expectVerifyClean("agent a", config_path_, "p");
+  const int64_t checked_b = expectVerifyClean("agent b", config_b, "q");
+  EXPECT_GT(checked_a, 0);
+  EXPECT_GT(checked_b, 0);
+  EXPECT_EQ(checked_a + checked_b, static_cast<int64_t>(c.source.keys.size()));
+
+  // Each agent replicated only its keys: a shard read by both was filtered by each.
+  const std::string m_a = metricsText();
+  const auto reply_b = replicator::adminGet(admin_b, "/metrics", 2s);
+  ASSERT_TRUE(reply_b && reply_b->first == 200);
+  EXPECT_EQ(metricSum(m_a, "xdcr_full_syncs_total").samples, static_cast<int>(shards_a)) << m_a;
+  EXPECT_EQ(metricSum(reply_b->second, "xdcr_full_syncs_total").samples, static_cast<int>(shards_b))
+      << reply_b->second;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  EXPECT_TRUE(agent_b.running()) << agent_b.describeState();
+  if (HasFailure()) std::cerr << "---- agent b (log tail)\n" << agent_b.logTail(60) << "\n";
+  report("TwoAgentsSplitTheSourceBySlots took " + std::to_string(msSince(started)) + " ms");
 }
 
 // ---------------------------------------------------------------------------------------------
