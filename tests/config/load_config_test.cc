@@ -1015,6 +1015,59 @@ pipelines:
                     "t.yaml:6:5: error: read_from chooses the nodes a Redis Cluster is "
                     "replicated from, so it applies only to a source, but cluster \"b\" is only a "
                     "target (of pipeline \"p\"); remove read_from"},
+        InvalidCase{"SlotRangeOutOfRange", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: ["0-8191", "8192-16384"]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:23: error: slot range \"8192-16384\" in slots is not within "
+                    "0-16383 with FIRST <= LAST; a Redis Cluster has the slots 0 to 16383"},
+        InvalidCase{"SlotRangeNotARange", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: ["0..100"]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:13: error: invalid slot range \"0..100\" in slots; write "
+                    "\"FIRST-LAST\" or one slot, e.g. \"0-8191\""},
+        InvalidCase{"SlotRangesOverlap", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: ["100-200", "0-100"]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:13: error: slot range 100-200 overlaps 0-100 in slots; list each "
+                    "slot once"},
+        InvalidCase{"SlotsOnAStandaloneServer", R"(clusters:
+  a: {address: "127.0.0.1:7001", slots: ["0-100"]}
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:2:34: error: slots is not used by a cluster of type redis (it is for "
+                    "type redis_cluster); remove it, or set type: redis_cluster"},
+        InvalidCase{"SlotsOnAClusterThatIsOnlyATarget", R"(clusters:
+  a: {address: "127.0.0.1:7001"}
+  b:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: ["0-100"]
+pipelines:
+  - {name: p, source: a, target: b, dbs: {0: 0}}
+)",
+                    "t.yaml:6:5: error: slots selects the part of a Redis Cluster this agent "
+                    "replicates, so it applies only to a source, but cluster \"b\" is only a "
+                    "target (of pipeline \"p\"); remove slots"},
         InvalidCase{"SentinelWithoutMasterName", R"(clusters:
   a:
     type: redis_sentinel
@@ -1246,6 +1299,7 @@ constexpr char kClusterKinds[] = R"(clusters:
     type: redis_cluster
     addresses: [10.0.0.1:7000, "10.0.0.2", "[::1]:7002"]
     read_from: replica
+    slots: ["8192-16383", "0-99", 100]
     username: replicator
     password: {env: XDCR_TEST_EAST_PASSWORD}
     tls: {verify: false}
@@ -1293,6 +1347,8 @@ TEST(config, ClusterKindsLoadEveryField) {
   EXPECT_EQ(e.port, 7000);
   EXPECT_EQ(e.address(), "10.0.0.1:7000,10.0.0.2:6379,[::1]:7002");
   EXPECT_EQ(e.read_from, ReadFrom::Replica);
+  EXPECT_EQ(e.slots, (std::vector<std::pair<int, int>>{{0, 99}, {100, 100}, {8192, 16383}}));
+  EXPECT_EQ(e.slotsText(), "0-99,100,8192-16383");
   EXPECT_EQ(e.username, "replicator");
   EXPECT_EQ(e.password.value, "east-password-value");
   EXPECT_EQ(e.link_timeout, milliseconds(30'000));
@@ -1660,6 +1716,21 @@ TEST(config, NeverThrowsOnOddInput) {
     EXPECT_FALSE(result.ok()) << input;
     EXPECT_FALSE(errorsOf(result).empty()) << input;
   }
+}
+
+// The shipped examples are what users copy: every one must load without an error (the secrets
+// they name are given here).
+TEST(config, ExamplesLoad) {
+  ScopedEnv east("EAST_PASSWORD", "east-password-value");
+  ScopedEnv west("WEST_PASSWORD", "west-password-value");
+  size_t seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(XDCR_SOURCE_DIR "/examples")) {
+    if (e.path().extension() != ".yaml") continue;
+    ++seen;
+    LoadResult result = loadConfigFile(e.path().string());
+    EXPECT_TRUE(result.ok()) << e.path() << ": " << testing::PrintToString(errorsOf(result));
+  }
+  EXPECT_GE(seen, 4u) << "demo, cluster, cluster-split-a and -b at least";
 }
 
 }  // namespace
