@@ -779,6 +779,41 @@ TEST_F(ClusterToClusterTest, TwoAgentsSplitTheSourceBySlots) {
   EXPECT_EQ(metricSum(m_a, "xdcr_full_syncs_total").samples, static_cast<int>(shards_a)) << m_a;
   EXPECT_EQ(metricSum(reply_b->second, "xdcr_full_syncs_total").samples, static_cast<int>(shards_b))
       << reply_b->second;
+
+  // A reshard across the split: 1,000 of agent a's slots move, under the load, from a shard
+  // only agent a follows into one only agent b follows. Agent a follows that shard from the
+  // discovery after it owns them (a full sync of it, filtered to a's slots); the exporter's
+  // DELs of the moved keys are replicated meanwhile, so the keys are missing on the target in
+  // between (README "Scale-out"). In the end nothing may be missing.
+  RedisServer* only_a = nullptr;
+  RedisServer* only_b = nullptr;
+  for (RedisServer* m : source_->masters()) {
+    bool owns_a = false, owns_b = false;
+    for (const auto& [lo, hi] : source_->slotRanges(*m)) {
+      owns_a = owns_a || lo <= 8191;
+      owns_b = owns_b || hi >= 8192;
+    }
+    if (owns_a && !owns_b) only_a = m;
+    if (owns_b && !owns_a) only_b = m;
+  }
+  ASSERT_NE(only_a, nullptr) << source_->describe();
+  ASSERT_NE(only_b, nullptr) << source_->describe();
+  const int first = source_->slotRanges(*only_a).front().first;
+  ClusterLoadOptions options = loadOptions("sx", 125);
+  options.focus_slots = std::make_pair(first, first + 999);
+  options.focus_share = 0.4;
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+  const ReshardResult moved = source_->reshard(*only_a, *only_b, 1000, 120s);
+  report("source reshard across the split " + only_a->address() + " -> " + only_b->address() +
+         ": " + std::to_string(moved.slots) + " slots, " + std::to_string(moved.keys) + " keys");
+  ASSERT_EQ(moved.slots, 1000);
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(shards_a + 1));  // a follows the importer now
+  const Converged after = expectEqual("two agents, after a reshard across the split");
+  const int64_t after_a = expectVerifyClean("agent a after the reshard", config_path_, "p");
+  const int64_t after_b = expectVerifyClean("agent b after the reshard", config_b, "q");
+  EXPECT_EQ(after_a + after_b, static_cast<int64_t>(after.source.keys.size()));
+
   EXPECT_TRUE(agent_->running()) << agent_->describeState();
   EXPECT_TRUE(agent_b.running()) << agent_b.describeState();
   if (HasFailure()) std::cerr << "---- agent b (log tail)\n" << agent_b.logTail(60) << "\n";
