@@ -250,7 +250,7 @@ class PipelineSet {
     // The group's migration guard, known once the group exists (the callbacks run later).
     auto guard = std::make_shared<std::shared_ptr<MigrationGuard>>();
     auto group = std::make_unique<ClusterSourceGroup>(
-        ioc_.get_executor(), cfg, *cfg->cluster(source), pcs,
+        ioc_.get_executor(), cfg, *cfg->cluster(source), pcs, clock_,
         [this, cfg, guard](std::shared_ptr<ShardLocator> locator, std::string label,
                            std::vector<ClusterSourceGroup::Instance> instances) {
           std::vector<Pipeline*> members;

@@ -167,7 +167,7 @@ std::optional<source::Position> peekCheckpoint(const std::string& state_dir,
 ClusterSourceGroup::ClusterSourceGroup(net::any_io_executor ex, config::ConfigConstSharedPtr config,
                                        const config::ClusterConfig& source,
                                        std::vector<const config::PipelineConfig*> pipelines,
-                                       StartFn start, StopFn stop)
+                                       const clock::Clock& clock, StartFn start, StopFn stop)
     : ex_(ex),
       config_(std::move(config)),
       source_(source),
@@ -175,7 +175,7 @@ ClusterSourceGroup::ClusterSourceGroup(net::any_io_executor ex, config::ConfigCo
       start_(std::move(start)),
       stop_(std::move(stop)),
       topology_(std::make_shared<ClusterTopology>(ex, source)),
-      guard_(std::make_shared<MigrationGuard>(ex, topology_)),
+      guard_(std::make_shared<MigrationGuard>(ex, topology_, clock)),
       wake_(ex) {}
 
 void ClusterSourceGroup::stop() {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "clock/clock.h"
 #include "common/notify.h"
 #include "common/redis_conn.h"
 #include "config/config.h"
@@ -101,8 +102,8 @@ class ClusterSourceGroup {
 
   ClusterSourceGroup(net::any_io_executor ex, config::ConfigConstSharedPtr config,
                      const config::ClusterConfig& source,
-                     std::vector<const config::PipelineConfig*> pipelines, StartFn start,
-                     StopFn stop);
+                     std::vector<const config::PipelineConfig*> pipelines,
+                     const clock::Clock& clock, StartFn start, StopFn stop);
 
   /** Discovers, starts every shard, then follows the cluster until stop(). */
   net::awaitable<void> run();

@@ -39,8 +39,9 @@ std::optional<uint64_t> replOffset(const std::string& info) {
 
 }  // namespace
 
-MigrationGuard::MigrationGuard(net::any_io_executor ex, std::shared_ptr<ClusterTopology> topology)
-    : ex_(ex), topology_(std::move(topology)), idle_(ex) {}
+MigrationGuard::MigrationGuard(net::any_io_executor ex, std::shared_ptr<ClusterTopology> topology,
+                               const clock::Clock& clock)
+    : ex_(ex), topology_(std::move(topology)), clock_(clock), idle_(ex) {}
 
 MigrationGuard::~MigrationGuard() = default;
 
@@ -113,7 +114,7 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::hor
       }
       // (MIGRATE ... COPY keeps the key on the exporter: it never deletes it, so waiting ends at
       // the time limit with the offset of then, which covers everything it wrote before.)
-      if (!still_there || std::chrono::steady_clock::now() >= until) {
+      if (!still_there || clock_.monotonicNow() >= until) {
         out.push_back(Horizon{other, address, *offset});
         break;
       }
@@ -139,7 +140,7 @@ net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
       }
     }
   } done{*this, keys};
-  const auto until = std::chrono::steady_clock::now() + limit;
+  const auto until = clock_.monotonicNow() + limit;
   while (busy_) co_await idle_.waitFor(std::chrono::milliseconds(20));
   busy_ = true;
   done.held = true;
@@ -158,7 +159,7 @@ net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
         }
       }
       if (!behind) break;
-      if (std::chrono::steady_clock::now() >= until) {
+      if (clock_.monotonicNow() >= until) {
         co_return fail(Error::io(fmt::format(
             "a slot migration: the RESTORE of \"{}\" waits for shard {} ({}) to be checkpointed "
             "past offset {}, which did not happen in time",

@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "clock/clock.h"
 #include "common/error.h"
 #include "common/notify.h"
 #include "common/redis_conn.h"
@@ -46,7 +47,8 @@ class ShardLocator;
 
 class MigrationGuard {
  public:
-  MigrationGuard(net::any_io_executor ex, std::shared_ptr<ClusterTopology> topology);
+  MigrationGuard(net::any_io_executor ex, std::shared_ptr<ClusterTopology> topology,
+                 const clock::Clock& clock);
   ~MigrationGuard();
 
   /** A pipeline instance reading shard `shard` (its checkpoints count for the horizon). */
@@ -83,6 +85,7 @@ class MigrationGuard {
 
   net::any_io_executor ex_;
   std::shared_ptr<ClusterTopology> topology_;
+  const clock::Clock& clock_;  // monotonic: the time limits
   std::map<Pipeline*, const ShardLocator*> members_;
   std::multiset<std::string, std::less<>> pending_;
   std::map<std::string, std::unique_ptr<RedisConnection>> conns_;  // by "host:port"
