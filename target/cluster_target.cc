@@ -133,16 +133,17 @@ net::awaitable<Status> ClusterTarget::connect() {
 void ClusterTarget::append(Node& n, Part part, std::string_view bytes) {
   pending_bytes_ += bytes.size();
   inflight_commands_ += part.commands;
-  if (part.slot >= 0) {
-    uint8_t& fenced = fenced_[static_cast<size_t>(part.slot)];
-    if (fenced != 0) {
-      // A multi-key part of this slot is out: this one waits for its answer (a TRYAGAIN on it
-      // must not find a later write of its keys applied).
-      held_.push_back(Held{&n, std::move(part), std::string(bytes)});
-      return;
-    }
-    if (part.fence) fenced = 1;
+  // Held: a part of a slot whose multi-key part is out (a TRYAGAIN on that one must not find a
+  // later write of its keys applied); a keyless part (FLUSHALL, ...) while anything is held (it
+  // must not overtake a held write); and everything after such a keyless part.
+  const bool hold =
+      barrier_ || (part.slot >= 0 ? fenced_[static_cast<size_t>(part.slot)] != 0 : !held_.empty());
+  if (hold) {
+    if (part.slot < 0) barrier_ = true;
+    held_.push_back(Held{&n, std::move(part), std::string(bytes)});
+    return;
   }
+  if (part.slot >= 0 && part.fence) fenced_[static_cast<size_t>(part.slot)] = 1;
   if (part.asking) resp::appendCommand(n.pending, {"ASKING"});
   part.batch = n.pending_batch;
   part.begin = n.pending.size();
@@ -154,16 +155,12 @@ void ClusterTarget::append(Node& n, Part part, std::string_view bytes) {
 
 void ClusterTarget::releaseFence(int slot) {
   fenced_[static_cast<size_t>(slot)] = 0;
-  std::vector<Held> release;
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (it->part.slot == slot) {
-      release.push_back(std::move(*it));
-      it = held_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  // In order; the first multi-key one fences the slot again and the rest wait behind it.
+  // Every held part is appended again, in order: what is free now goes out, the rest (another
+  // slot's fence, behind a multi-key part of this slot released first, behind a keyless part
+  // still held) is held again, in the same order.
+  std::deque<Held> release;
+  release.swap(held_);
+  barrier_ = false;
   for (Held& h : release) {
     inflight_commands_ -= std::min<uint64_t>(inflight_commands_, h.part.commands);
     pending_bytes_ -= std::min(pending_bytes_, h.bytes.size());
@@ -561,6 +558,7 @@ net::awaitable<Status> ClusterTarget::reroute() {
     items.push_back(Item{std::move(r), h.dest});
   }
   held_.clear();
+  barrier_ = false;
   std::fill(fenced_.begin(), fenced_.end(), 0);  // appended again below, in order
   pending_bytes_ = 0;
   std::stable_sort(items.begin(), items.end(),

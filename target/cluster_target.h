@@ -22,8 +22,9 @@
 //    It is sent again after a short back-off, like a redirected part, until the keys are on one
 //    side. That keeps the order per key only because nothing later of the same slot was sent
 //    meanwhile: a multi-key part FENCES its slot — later parts of that slot wait, unsent, until
-//    it is answered (other slots go on). A single-key part needs no fence: a redirection of a
-//    single key is key-wide, as above.
+//    it is answered (other slots go on; a keyless part such as FLUSHALL waits for everything
+//    held before it, and holds everything after it). A single-key part needs no fence: a
+//    redirection of a single key is key-wide, as above.
 //  - The target-loss marker of a master (a part with `rebind`): when it is redirected (its slot
 //    left the master, or is leaving it), it is written again into another slot the master owns,
 //    so each master keeps its own marker through a reshard.
@@ -204,6 +205,7 @@ class ClusterTarget {
   std::vector<Resend> resends_;  // redirected parts, in the order they were answered
   std::vector<uint8_t> fenced_;  // per slot: a multi-key part of it is sent, not yet answered
   std::deque<Held> held_;        // parts behind a fence, in the order they came
+  bool barrier_ = false;         // a keyless part is held: every later part waits behind it
   bool reroute_needed_ = false;
   bool holding_ = false;    // writers send nothing new (a reroute is under way)
   int reroute_rounds_ = 0;  // consecutive reroutes without a unit acknowledged in between
