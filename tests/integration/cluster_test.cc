@@ -28,6 +28,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <iostream>
@@ -36,6 +37,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -554,6 +556,61 @@ TEST_F(ClusterToClusterTest, SourceReshardUnderLoad) {
   EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total").sum, 3) << m;
   EXPECT_TRUE(agent_->running()) << agent_->describeState();
   report("SourceReshardUnderLoad took " + std::to_string(msSince(started)) + " ms");
+}
+
+// 1(a) with a crash: the agent is killed (SIGKILL) while the source reshard runs and restarted
+// when it is done. Restores waiting in the guard, DELs it held and checkpoints in between are lost with
+// the process; the restarted agent resumes every shard from its checkpoint (no full sync) and the
+// migrations replayed from there must still end with every moved key on the target.
+TEST_F(ClusterToClusterTest, SourceReshardWithAnAgentCrash) {
+  const auto started = SteadyClock::now();
+  ASSERT_NO_FATAL_FAILURE(startReplicating("reshard-crash", 26));
+  RedisServer& from = *source_->masters()[0];
+  RedisServer& to = *source_->masters()[1];
+  const int first = source_->slotRanges(from).front().first;
+  ClusterLoadOptions options = loadOptions("rc", 126);
+  options.focus_slots = std::make_pair(first, first + kReshardSlots - 1);
+  options.focus_share = 0.4;
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+
+  std::atomic<bool> crashed{false};
+  std::thread crash([&] {
+    // About a third into the reshard (it takes 4-6 s here). Restarted by the test's thread
+    // below: a child started from this thread would die with it (PR_SET_PDEATHSIG).
+    std::this_thread::sleep_for(1500ms);
+    agent_->kill();
+    crashed = true;
+  });
+  const ReshardResult moved = source_->reshard(from, to, kReshardSlots, 120s);
+  crash.join();
+  agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent.log"));
+  report("source reshard with a crash " + from.address() + " -> " + to.address() + ": " +
+         std::to_string(moved.slots) + " slots, " + std::to_string(moved.keys) + " keys, " +
+         std::to_string(moved.elapsed.count()) + " ms");
+  ASSERT_TRUE(crashed.load());
+  ASSERT_EQ(moved.slots, kReshardSlots);
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(source_->masters().size()));
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+
+  const Converged c = expectEqual("after a source reshard and an agent crash during it");
+  int64_t migrated = 0;
+  int64_t migrated_missing = 0;
+  for (const auto& [key, state] : c.source.keys) {
+    if (inRanges(cluster::keySlot(key), moved.ranges)) {
+      ++migrated;
+      migrated_missing += c.target.keys.count(key) == 0;
+    }
+  }
+  report("keys in the moved slots: " + std::to_string(migrated) + " on the source, " +
+         std::to_string(migrated_missing) + " missing on the target");
+  EXPECT_GT(migrated, 500);
+  EXPECT_EQ(migrated_missing, 0);
+  const std::string m = metricsText();
+  printCounters("after the restart");
+  EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total").sum, 0) << m;  // every shard resumed
+  EXPECT_EQ(metricSum(m, "xdcr_target_loss_resyncs_total").sum, 0) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  report("SourceReshardWithAnAgentCrash took " + std::to_string(msSince(started)) + " ms");
 }
 
 // 1(b): 1,200 slots move between two TARGET masters while the agent writes into them: the
