@@ -125,6 +125,8 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
     }
     std::optional<std::string> value;
     if (!v.isNull()) value = v.str;
+    // What the key holds, for the next marker write's check (SET ... GET must find it there).
+    last_markers_.emplace_back(marker, value);
     const bool accepted_here =
         value && std::find(accepted.begin(), accepted.end(), *value) != accepted.end();
     if (!accepted_here && !accepted.empty()) {
@@ -138,7 +140,6 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
       if (*found) value = *found;
     }
     state.node_markers.emplace_back(node.address(), value);
-    last_markers_.emplace_back(marker, value);
     for (size_t i = 0; i < slots.size(); ++i) {
       const resp::Value& st = (*r)[i + 1];
       if (st.type == resp::ReplyType::Bulk) state.slot_stamps.emplace_back(slots[i], st.str);
