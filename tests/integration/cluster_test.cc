@@ -559,9 +559,9 @@ TEST_F(ClusterToClusterTest, SourceReshardUnderLoad) {
 }
 
 // 1(a) with a crash: the agent is killed (SIGKILL) while the source reshard runs and restarted
-// when it is done. Restores waiting in the guard, DELs it held and checkpoints in between are lost with
-// the process; the restarted agent resumes every shard from its checkpoint (no full sync) and the
-// migrations replayed from there must still end with every moved key on the target.
+// when it is done. Restores waiting in the guard, DELs it held and checkpoints in between are lost
+// with the process; the restarted agent resumes every shard from its checkpoint (no full sync) and
+// the migrations replayed from there must still end with every moved key on the target.
 TEST_F(ClusterToClusterTest, SourceReshardWithAnAgentCrash) {
   const auto started = SteadyClock::now();
   ASSERT_NO_FATAL_FAILURE(startReplicating("reshard-crash", 26));
