@@ -1007,12 +1007,14 @@ void parseSlotRanges(const Entry& entry, std::vector<std::pair<int, int>>& out,
   }
   std::sort(ranges.begin(), ranges.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Each range against the last one kept (in start order it reaches furthest: a refused one
+  // may end before an earlier kept one does).
   for (size_t i = 0; i < ranges.size(); ++i) {
-    if (i > 0 && ranges[i].first.first <= ranges[i - 1].first.second) {
+    if (!out.empty() && ranges[i].first.first <= out.back().second) {
       diags.error(ranges[i].second, "slot range " + std::to_string(ranges[i].first.first) + "-" +
                                         std::to_string(ranges[i].first.second) + " overlaps " +
-                                        std::to_string(ranges[i - 1].first.first) + "-" +
-                                        std::to_string(ranges[i - 1].first.second) +
+                                        std::to_string(out.back().first) + "-" +
+                                        std::to_string(out.back().second) +
                                         " in slots; list each slot once");
       continue;
     }

@@ -1048,6 +1048,18 @@ pipelines:
 )",
                     "t.yaml:5:13: error: slot range 100-200 overlaps 0-100 in slots; list each "
                     "slot once"},
+        InvalidCase{"SlotRangeOverlapsOnePastARefusedOne", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: ["0-100", "50-60", "70-80"]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:31: error: slot range 70-80 overlaps 0-100 in slots; list each "
+                    "slot once",
+                    2},
         InvalidCase{"SlotsOnAStandaloneServer", R"(clusters:
   a: {address: "127.0.0.1:7001", slots: ["0-100"]}
   b: {address: "127.0.0.1:7002"}
