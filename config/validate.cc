@@ -223,10 +223,17 @@ void checkClusterDbs(const ParsedConfig& parsed, const PipelineConfig& pipeline,
   }
 }
 
-/** read_from chooses the nodes a cluster is read from: meaningless for a cluster only written. */
-void checkReadFrom(const ParsedConfig& parsed, Diagnostics& diags) {
+/**
+ * Keys of a cluster that only a source uses (read_from, slots): an error at `mark_of(info)` for a
+ * cluster that is only written. `what` says what the key does, e.g. "read_from chooses the nodes
+ * a Redis Cluster is replicated from".
+ */
+template <typename MarkOf>
+void checkSourceOnlyKey(const ParsedConfig& parsed, MarkOf mark_of, const std::string& key,
+                        const std::string& what, Diagnostics& diags) {
   for (const auto& [name, info] : parsed.cluster_info) {
-    if (info.read_from.line == 0) continue;
+    const Mark& mark = mark_of(info);
+    if (mark.line == 0) continue;
     const PipelineConfig* written_by = nullptr;
     bool read = false;
     for (const auto& pipeline : parsed.config.pipelines) {
@@ -234,32 +241,22 @@ void checkReadFrom(const ParsedConfig& parsed, Diagnostics& diags) {
       if (pipeline.target == name && written_by == nullptr) written_by = &pipeline;
     }
     if (read || written_by == nullptr) continue;
-    diags.error(info.read_from,
-                "read_from chooses the nodes a Redis Cluster is replicated from, so it applies "
-                "only to a source, but cluster " +
-                    quote(name) + " is only a target (of pipeline " + quote(written_by->name) +
-                    "); remove read_from");
+    diags.error(mark, what + ", so it applies only to a source, but cluster " + quote(name) +
+                          " is only a target (of pipeline " + quote(written_by->name) +
+                          "); remove " + key);
   }
 }
 
-/** slots selects what of a cluster this agent replicates: meaningless for a cluster only
- *  written (every key a pipeline writes goes to its slot's master). */
-void checkSlots(const ParsedConfig& parsed, Diagnostics& diags) {
-  for (const auto& [name, info] : parsed.cluster_info) {
-    if (info.slots.line == 0) continue;
-    const PipelineConfig* written_by = nullptr;
-    bool read = false;
-    for (const auto& pipeline : parsed.config.pipelines) {
-      read = read || pipeline.source == name;
-      if (pipeline.target == name && written_by == nullptr) written_by = &pipeline;
-    }
-    if (read || written_by == nullptr) continue;
-    diags.error(info.slots,
-                "slots selects the part of a Redis Cluster this agent replicates, so it applies "
-                "only to a source, but cluster " +
-                    quote(name) + " is only a target (of pipeline " + quote(written_by->name) +
-                    "); remove slots");
-  }
+/** read_from chooses the nodes a cluster is read from; slots what of it this agent replicates
+ *  (every key a pipeline writes goes to its slot's master): meaningless for a cluster only
+ *  written. */
+void checkSourceOnlyKeys(const ParsedConfig& parsed, Diagnostics& diags) {
+  checkSourceOnlyKey(
+      parsed, [](const ClusterInfo& i) -> const Mark& { return i.read_from; }, "read_from",
+      "read_from chooses the nodes a Redis Cluster is replicated from", diags);
+  checkSourceOnlyKey(
+      parsed, [](const ClusterInfo& i) -> const Mark& { return i.slots; }, "slots",
+      "slots selects the part of a Redis Cluster this agent replicates", diags);
 }
 
 /**
@@ -449,8 +446,7 @@ void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
     checkSelfReplication(parsed, groups, pipeline, marks, diags);
     checkClusterDbs(parsed, pipeline, marks, diags);
   }
-  checkReadFrom(parsed, diags);
-  checkSlots(parsed, diags);
+  checkSourceOnlyKeys(parsed, diags);
   checkCycles(parsed, groups, diags);
 }
 
