@@ -502,6 +502,23 @@ class ClusterToClusterTest : public ClusterAgentTest {
     return converge(src, dst, options, what);
   }
 
+  /** The keys in the slots a source reshard moved: more than 500 on the source, none of them
+   *  missing on the target (the defect the migration guard fixes). */
+  void expectMovedKeysPresent(const Converged& c, const ReshardResult& moved) {
+    int64_t migrated = 0;
+    int64_t migrated_missing = 0;
+    for (const auto& [key, state] : c.source.keys) {
+      if (inRanges(cluster::keySlot(key), moved.ranges)) {
+        ++migrated;
+        migrated_missing += c.target.keys.count(key) == 0;
+      }
+    }
+    report("keys in the moved slots: " + std::to_string(migrated) + " on the source, " +
+           std::to_string(migrated_missing) + " missing on the target");
+    EXPECT_GT(migrated, 500);
+    EXPECT_EQ(migrated_missing, 0);
+  }
+
   static std::unique_ptr<RedisCluster> source_;
   static std::unique_ptr<RedisCluster> target_;
 };
@@ -534,19 +551,7 @@ TEST_F(ClusterToClusterTest, SourceReshardUnderLoad) {
 
   const Converged c =
       expectEqual("after a source reshard of " + std::to_string(moved.slots) + " slots");
-  // The keys that moved: how many of them the target lacks (the defect the guard fixes).
-  int64_t migrated = 0;
-  int64_t migrated_missing = 0;
-  for (const auto& [key, state] : c.source.keys) {
-    if (inRanges(cluster::keySlot(key), moved.ranges)) {
-      ++migrated;
-      migrated_missing += c.target.keys.count(key) == 0;
-    }
-  }
-  report("keys in the moved slots: " + std::to_string(migrated) + " on the source, " +
-         std::to_string(migrated_missing) + " missing on the target");
-  EXPECT_GT(migrated, 500);
-  EXPECT_EQ(migrated_missing, 0);
+  expectMovedKeysPresent(c, moved);
 
   const std::string m = metricsText();
   printCounters("after the source reshard");
@@ -593,18 +598,7 @@ TEST_F(ClusterToClusterTest, SourceReshardWithAnAgentCrash) {
   ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
 
   const Converged c = expectEqual("after a source reshard and an agent crash during it");
-  int64_t migrated = 0;
-  int64_t migrated_missing = 0;
-  for (const auto& [key, state] : c.source.keys) {
-    if (inRanges(cluster::keySlot(key), moved.ranges)) {
-      ++migrated;
-      migrated_missing += c.target.keys.count(key) == 0;
-    }
-  }
-  report("keys in the moved slots: " + std::to_string(migrated) + " on the source, " +
-         std::to_string(migrated_missing) + " missing on the target");
-  EXPECT_GT(migrated, 500);
-  EXPECT_EQ(migrated_missing, 0);
+  expectMovedKeysPresent(c, moved);
   const std::string m = metricsText();
   printCounters("after the restart");
   EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total").sum, 0) << m;  // every shard resumed
