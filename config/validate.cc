@@ -241,9 +241,11 @@ void checkSourceOnlyKey(const ParsedConfig& parsed, MarkOf mark_of, const std::s
       if (pipeline.target == name && written_by == nullptr) written_by = &pipeline;
     }
     if (read || written_by == nullptr) continue;
-    diags.error(mark, what + ", so it applies only to a source, but cluster " + quote(name) +
-                          " is only a target (of pipeline " + quote(written_by->name) +
-                          "); remove " + key);
+    std::string message = what;
+    message += ", so it applies only to a source, but cluster " + quote(name);
+    message += " is only a target (of pipeline " + quote(written_by->name) + "); remove ";
+    message += key;
+    diags.error(mark, message);
   }
 }
 
