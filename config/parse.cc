@@ -962,7 +962,7 @@ void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnos
 
 /** One `slots` entry: "N" or "A-B" (a YAML integer N too). nullopt: invalid (reported). */
 std::optional<std::pair<int, int>> parseSlotRange(const YAML::Node& item, const Mark& mark,
-                                                  Diagnostics& diags) {
+                                                  const std::string& where, Diagnostics& diags) {
   auto text = readString(item, mark, "a slot range", diags);
   if (!text) return std::nullopt;
   auto number = [](std::string_view s) -> std::optional<int> {
@@ -977,48 +977,50 @@ std::optional<std::pair<int, int>> parseSlotRange(const YAML::Node& item, const 
   const auto lo = number(std::string_view(*text).substr(0, dash));
   const auto hi = dash == std::string::npos ? lo : number(std::string_view(*text).substr(dash + 1));
   if (!lo || !hi) {
-    diags.error(mark, "invalid slot range " + quote(*text) +
-                          " in slots; write \"FIRST-LAST\" or one slot, e.g. \"0-8191\"");
+    diags.error(mark, "invalid slot range " + quote(*text) + " in " + where +
+                          "; write \"FIRST-LAST\" or one slot, e.g. \"0-8191\"");
     return std::nullopt;
   }
   if (*lo < 0 || *hi > 16383 || *lo > *hi) {
-    diags.error(mark, "slot range " + quote(*text) +
-                          " in slots is not within 0-16383 with FIRST <= LAST; a Redis Cluster "
-                          "has the slots 0 to 16383");
+    diags.error(mark, "slot range " + quote(*text) + " in " + where +
+                          " is not within 0-16383 with FIRST <= LAST; a Redis Cluster has the "
+                          "slots 0 to 16383");
     return std::nullopt;
   }
   return std::make_pair(*lo, *hi);
 }
 
 /** `slots`: a list of slot ranges, sorted into `out`; overlaps are refused. */
-void parseSlotRanges(const Entry& entry, std::vector<std::pair<int, int>>& out,
-                     Diagnostics& diags) {
+void parseSlotRanges(const Entry& entry, const std::string& cluster,
+                     std::vector<std::pair<int, int>>& out, Diagnostics& diags) {
   if (!expectList(entry, diags)) return;
+  const std::string where = "slots of cluster " + quote(cluster);
   if (entry.value.size() == 0) {
-    diags.error(entry.value_mark,
-                "slots is empty; list the slot ranges this agent replicates, e.g. [\"0-8191\"], "
-                "or remove it to replicate every slot");
+    diags.error(entry.value_mark, where +
+                                      " is empty; list the slot ranges this agent replicates, e.g. "
+                                      "[\"0-8191\"], or remove slots to replicate every slot");
     return;
   }
   std::vector<std::pair<std::pair<int, int>, Mark>> ranges;
   for (const auto& item : entry.value) {
     const Mark mark = markOf(item);
-    if (auto r = parseSlotRange(item, mark, diags)) ranges.emplace_back(*r, mark);
+    if (auto r = parseSlotRange(item, mark, where, diags)) ranges.emplace_back(*r, mark);
   }
   std::sort(ranges.begin(), ranges.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
-  // Each range against the last one kept (in start order it reaches furthest: a refused one
-  // may end before an earlier kept one does).
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    if (!out.empty() && ranges[i].first.first <= out.back().second) {
-      diags.error(ranges[i].second, "slot range " + std::to_string(ranges[i].first.first) + "-" +
-                                        std::to_string(ranges[i].first.second) + " overlaps " +
-                                        std::to_string(out.back().first) + "-" +
-                                        std::to_string(out.back().second) +
-                                        " in slots; list each slot once");
+  auto text = [](const std::pair<int, int>& r) {
+    return r.first == r.second ? std::to_string(r.first)
+                               : std::to_string(r.first) + "-" + std::to_string(r.second);
+  };
+  for (const auto& [range, mark] : ranges) {
+    // (sorted by start: a range overlaps an earlier one iff it starts before the end of the one
+    // that reaches furthest, which is the last one kept)
+    if (!out.empty() && range.first <= out.back().second) {
+      diags.error(mark, "slot range " + text(range) + " overlaps " + text(out.back()) + " in " +
+                            where + "; list each slot once");
       continue;
     }
-    out.push_back(ranges[i].first);
+    out.push_back(range);
   }
 }
 
@@ -1100,7 +1102,7 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
     }
     if (const Entry* e = reader.get("slots")) {
       info.slots = e->key_mark;
-      parseSlotRanges(*e, cluster.slots, diags);
+      parseSlotRanges(*e, entry.key, cluster.slots, diags);
     }
   }
   if (type_ok && cluster.kind == ClusterKind::RedisSentinel) {

@@ -1024,8 +1024,54 @@ pipelines:
 pipelines:
   - {name: p, source: a, target: b}
 )",
-                    "t.yaml:5:23: error: slot range \"8192-16384\" in slots is not within "
-                    "0-16383 with FIRST <= LAST; a Redis Cluster has the slots 0 to 16383"},
+                    "t.yaml:5:23: error: slot range \"8192-16384\" in slots of cluster \"a\" is "
+                    "not within 0-16383 with FIRST <= LAST; a Redis Cluster has the slots 0 to "
+                    "16383"},
+        InvalidCase{"SlotRangeBackwards", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: ["200-100"]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:13: error: slot range \"200-100\" in slots of cluster \"a\" is not "
+                    "within 0-16383 with FIRST <= LAST; a Redis Cluster has the slots 0 to 16383"},
+        InvalidCase{"SlotRangeNegative", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: [-1]
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:13: error: invalid slot range \"-1\" in slots of cluster \"a\"; "
+                    "write \"FIRST-LAST\" or one slot, e.g. \"0-8191\""},
+        InvalidCase{"SlotsEmpty", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: []
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:12: error: slots of cluster \"a\" is empty; list the slot ranges "
+                    "this agent replicates, e.g. [\"0-8191\"], or remove slots to replicate every "
+                    "slot"},
+        InvalidCase{"SlotsNotAList", R"(clusters:
+  a:
+    type: redis_cluster
+    addresses: [127.0.0.1:7000]
+    slots: "0-8191"
+  b: {address: "127.0.0.1:7002"}
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:5:12: error: slots must be a list, not the value \"0-8191\"; write "
+                    "one \"- item\" per line or [item, ...]"},
         InvalidCase{"SlotRangeNotARange", R"(clusters:
   a:
     type: redis_cluster
@@ -1035,8 +1081,8 @@ pipelines:
 pipelines:
   - {name: p, source: a, target: b}
 )",
-                    "t.yaml:5:13: error: invalid slot range \"0..100\" in slots; write "
-                    "\"FIRST-LAST\" or one slot, e.g. \"0-8191\""},
+                    "t.yaml:5:13: error: invalid slot range \"0..100\" in slots of cluster "
+                    "\"a\"; write \"FIRST-LAST\" or one slot, e.g. \"0-8191\""},
         InvalidCase{"SlotRangesOverlap", R"(clusters:
   a:
     type: redis_cluster
@@ -1046,8 +1092,9 @@ pipelines:
 pipelines:
   - {name: p, source: a, target: b}
 )",
-                    "t.yaml:5:13: error: slot range 100-200 overlaps 0-100 in slots; list each "
-                    "slot once"},
+                    "t.yaml:5:13: error: slot range 100-200 overlaps 0-100 in slots of cluster "
+                    "\"a\"; list each slot once"},
+        // Not only the neighbour: 70-80 lies inside 0-100 although 50-60 (refused) is between.
         InvalidCase{"SlotRangeOverlapsOnePastARefusedOne", R"(clusters:
   a:
     type: redis_cluster
@@ -1057,8 +1104,8 @@ pipelines:
 pipelines:
   - {name: p, source: a, target: b}
 )",
-                    "t.yaml:5:31: error: slot range 70-80 overlaps 0-100 in slots; list each "
-                    "slot once",
+                    "t.yaml:5:31: error: slot range 70-80 overlaps 0-100 in slots of cluster "
+                    "\"a\"; list each slot once",
                     2},
         InvalidCase{"SlotsOnAStandaloneServer", R"(clusters:
   a: {address: "127.0.0.1:7001", slots: ["0-100"]}
@@ -1634,6 +1681,7 @@ TEST(config, RedactedJsonOfClusterKinds) {
   EXPECT_THAT(json, HasSubstr("\"addresses\": [\n        \"10.0.0.1:7000\",\n        "
                               "\"10.0.0.2:6379\",\n        \"[::1]:7002\"\n      ]"));
   EXPECT_THAT(json, HasSubstr("\"read_from\": \"replica\""));
+  EXPECT_THAT(json, HasSubstr("\"slots\": \"0-99,100,8192-16383\""));
   EXPECT_THAT(json, HasSubstr("\"sentinels\": [\n        \"10.0.1.1:26379\",\n        "
                               "\"10.0.1.2:26379\"\n      ]"));
   EXPECT_THAT(json, HasSubstr("\"master_name\": \"mymaster\""));
@@ -1671,6 +1719,7 @@ TEST(config, FingerprintFollowsClusterKindFields) {
               base);
     EXPECT_NE(fingerprint(with("10.0.1.2]", "10.0.1.3]"), "east-to-north"), base);
     EXPECT_NE(fingerprint(with("read_from: replica", "read_from: master"), "east-to-north"), base);
+    EXPECT_NE(fingerprint(with("\"0-99\", 100]", "\"0-99\"]"), "east-to-north"), base);
     EXPECT_NE(fingerprint(with("link_timeout: 30s", "link_timeout: 31s"), "east-to-north"), base);
     EXPECT_NE(fingerprint(with("\"10.0.0.2\"", "\"10.0.0.3\""), "east-to-north"), base);
     EXPECT_NE(
