@@ -3,9 +3,9 @@
 // target db (`dbs`), which keys (`filters.include_keys` / `exclude_keys`, RE2, unanchored
 // search), which hash slots of a Redis Cluster source (its `slots`: an agent that replicates part
 // of a cluster), and under which name (`key_rewrite`). Built once per pipeline configuration and
-// shared
-// (KeySpaceConstSharedPtr) by everything that must agree on it: the event filter and the sink
-// that write, the stale-key sweep after a full sync, and `xdcr-agent verify` that compares.
+// shared (KeySpaceConstSharedPtr) by everything that must agree on it: the event filter and the
+// sink that write, the stale-key sweep after a full sync, and `xdcr-agent verify` that compares.
+// A key outside the source's slots is another agent's: the filter counts it as a key filter.
 
 #include <bitset>
 #include <map>

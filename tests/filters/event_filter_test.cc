@@ -67,6 +67,35 @@ TEST_F(EventFilterTest, TwoPipelinesJudgeTheSameResolvedChangeIndependently) {
   EXPECT_EQ(resolved.events[0].deadline_ms, kNow + 5000);
 }
 
+// Two agents splitting a cluster by slot judge the same source command: each writes the keys of
+// its slots and counts the others as a key filter (interface.md's reasons; not a split, not a
+// failure: nothing an operator must act on).
+TEST_F(EventFilterTest, SourceSlotsSplitTheKeysBetweenAgents) {
+  config::PipelineConfig a, b;
+  a.name = "a";
+  b.name = "b";
+  PipelineStats sa, sb;
+  // CLUSTER KEYSLOT: "bar" 5061, "foo" 12182.
+  EventFilter fa(
+      a, std::make_shared<const KeySpace>(a, std::vector<std::pair<int, int>>{{0, 8191}}), sa);
+  EventFilter fb(
+      b, std::make_shared<const KeySpace>(b, std::vector<std::pair<int, int>>{{8192, 16383}}), sb);
+  for (const char* key : {"bar", "foo"}) {
+    const source::Change set = resolve({"SET", key, "v"});
+    const source::Change del = resolve({"DEL", key});
+    for (const source::Change* c : {&set, &del}) {
+      source::Change ca = *c, cb = *c;
+      fa.judge(ca);
+      fb.judge(cb);
+      EXPECT_EQ(ca.events[0].pass, std::string_view(key) == "bar") << key;
+      EXPECT_EQ(cb.events[0].pass, std::string_view(key) == "foo") << key;
+    }
+  }
+  EXPECT_EQ(sa.filtered[idx(FilterReason::Key)], 2u);
+  EXPECT_EQ(sb.filtered[idx(FilterReason::Key)], 2u);
+  EXPECT_EQ(sa.filter_splits + sb.filter_splits, 0u);
+}
+
 TEST_F(EventFilterTest, ExpirationAndDeletionAreClassifiedOnceAndFilteredPerPipeline) {
   config::PipelineConfig keep, drop;
   keep.name = "keep";
