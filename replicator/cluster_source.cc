@@ -32,11 +32,12 @@ constexpr int kGoneAfter = 5;
 ClusterTopology::ClusterTopology(net::any_io_executor ex, const config::ClusterConfig& cluster)
     : ex_(ex), cluster_(cluster), done_(ex) {}
 
-net::awaitable<Status> ClusterTopology::refresh() {
-  if (refreshing_) {
+net::awaitable<Status> ClusterTopology::refresh(bool fresh) {
+  if (refreshing_ && !fresh) {
     while (refreshing_) co_await done_.waitFor(std::chrono::milliseconds(50));
     co_return Status{};
   }
+  while (refreshing_) co_await done_.waitFor(std::chrono::milliseconds(50));
   refreshing_ = true;
   // The node that answered last time first, then every node known, then the seeds.
   std::vector<config::NodeAddress> known;

@@ -40,8 +40,9 @@ class MigrationGuard;
 class ClusterTopology {
  public:
   ClusterTopology(net::any_io_executor ex, const config::ClusterConfig& cluster);
-  /** Discovers now (a caller arriving during a discovery waits for that one). */
-  net::awaitable<Status> refresh();
+  /** Discovers now (a caller arriving during a discovery waits for that one; with `fresh`, for
+   *  one begun after the call). */
+  net::awaitable<Status> refresh(bool fresh = false);
   const std::vector<source::ShardView>& shards() const { return shards_; }
   const config::ClusterConfig& cluster() const { return cluster_; }
   /** The current view of the shard `like` was (same node ids); nullptr when it is gone. */

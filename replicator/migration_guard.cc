@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -41,7 +42,15 @@ std::optional<uint64_t> replOffset(const std::string& info) {
 
 MigrationGuard::MigrationGuard(net::any_io_executor ex, std::shared_ptr<ClusterTopology> topology,
                                const clock::Clock& clock)
-    : ex_(ex), topology_(std::move(topology)), clock_(clock), idle_(ex) {}
+    : ex_(ex), topology_(std::move(topology)), clock_(clock), idle_(ex) {
+  const auto& slots = topology_->cluster().slots;
+  if (slots.empty()) selected_.set();
+  for (const auto& [lo, hi] : slots) {
+    for (int s = std::max(lo, 0); s <= std::min(hi, cluster::kSlots - 1); ++s) {
+      selected_.set(static_cast<size_t>(s));
+    }
+  }
+}
 
 MigrationGuard::~MigrationGuard() = default;
 
@@ -57,6 +66,16 @@ bool MigrationGuard::restorePending(std::string_view key) const {
   return pending_.find(key) != pending_.end();
 }
 
+net::awaitable<void> MigrationGuard::acquire() {
+  while (busy_) co_await idle_.waitFor(std::chrono::milliseconds(20));
+  busy_ = true;
+}
+
+void MigrationGuard::release() {
+  busy_ = false;
+  idle_.notify();
+}
+
 RedisConnection& MigrationGuard::connection(const std::string& host, uint16_t port) {
   auto& c = conns_[host + ":" + std::to_string(port)];
   if (!c) {
@@ -66,9 +85,29 @@ RedisConnection& MigrationGuard::connection(const std::string& host, uint16_t po
   return *c;
 }
 
+net::awaitable<Result<std::vector<resp::Value>>> MigrationGuard::call(
+    const std::string& host, uint16_t port, const std::vector<std::vector<std::string>>& cmds) {
+  const std::string address = host + ":" + std::to_string(port);
+  const bool fresh = conns_.find(address) == conns_.end();
+  RedisConnection& c = connection(host, port);
+  if (fresh) {
+    const RedisEndpoint endpoint = topology_->cluster().endpointAt(host, port);
+    if (auto s = co_await c.connect(endpoint, kCallTimeout); !s) {
+      conns_.erase(address);
+      co_return fail(s.error());
+    }
+  }
+  auto r = co_await c.callMany(cmds, kCallTimeout);
+  if (!r) {
+    conns_.erase(address);
+    co_return fail(r.error());
+  }
+  co_return std::move(*r);
+}
+
 net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::horizons(
     const ShardLocator* shard, const std::vector<std::string>& keys,
-    std::chrono::steady_clock::time_point until) {
+    std::chrono::steady_clock::time_point until, bool for_snapshot) {
   std::vector<Horizon> out;
   const std::vector<source::ShardView> shards = topology_->shards();
   for (const source::ShardView& v : shards) {
@@ -78,6 +117,14 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::hor
       if (s->knows(v)) other = s;
     }
     if (other == nullptr) continue;  // a shard no pipeline of this process reads
+    if (for_snapshot) {
+      // Only shards with a checkpoint can replay (or still apply) what their snapshot or
+      // stream wrote before this moment; the others full-sync (see beforeSnapshot).
+      const bool checked = std::any_of(members_.begin(), members_.end(), [&](const auto& m) {
+        return m.second == other && m.first->resumePoint().has_value();
+      });
+      if (!checked) continue;
+    }
     const source::ShardNode* m = v.master();
     if (m == nullptr) {
       co_return fail(Error::io(fmt::format("shard {} has no master now", v.label())));
@@ -87,20 +134,8 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::hor
     cmds.push_back({"INFO", "replication"});
     for (;;) {
       const std::string address = m->address();
-      auto it = conns_.find(address);
-      RedisConnection& c = connection(m->host, m->port);
-      if (it == conns_.end()) {
-        const RedisEndpoint endpoint = topology_->cluster().endpointAt(m->host, m->port);
-        if (auto s = co_await c.connect(endpoint, kCallTimeout); !s) {
-          conns_.erase(address);
-          co_return fail(s.error());
-        }
-      }
-      auto r = co_await c.callMany(cmds, kCallTimeout);
-      if (!r) {
-        conns_.erase(address);
-        co_return fail(r.error());
-      }
+      auto r = co_await call(m->host, m->port, cmds);
+      if (!r) co_return fail(r.error());
       bool still_there = false;
       for (size_t i = 0; i < keys.size(); ++i) {
         const resp::Value& e = (*r)[i];
@@ -124,52 +159,176 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::hor
   co_return out;
 }
 
-net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
-                                                     const std::vector<std::string>& keys,
-                                                     std::chrono::steady_clock::duration limit) {
-  for (const auto& k : keys) pending_.insert(k);
-  struct Done {
-    MigrationGuard& g;
-    const std::vector<std::string>& keys;
-    bool held = false;
-    ~Done() {
-      for (const auto& k : keys) g.pending_.erase(g.pending_.find(k));
-      if (held) {
-        g.busy_ = false;
-        g.idle_.notify();
-      }
-    }
-  } done{*this, keys};
-  const auto until = clock_.monotonicNow() + limit;
-  while (busy_) co_await idle_.waitFor(std::chrono::milliseconds(20));
-  busy_ = true;
-  done.held = true;
-
-  auto hs = co_await horizons(shard, keys, until);
-  if (!hs) co_return fail(hs.error());
-  for (const Horizon& h : *hs) {
+net::awaitable<Status> MigrationGuard::awaitCheckpoints(const std::vector<Horizon>& hs,
+                                                        std::chrono::steady_clock::time_point until,
+                                                        bool for_snapshot, const std::string& what,
+                                                        const std::function<bool()>& stopping) {
+  for (const Horizon& h : hs) {
     for (;;) {
+      uint64_t offset = h.offset;
+      if (for_snapshot) {
+        // A link waiting in beforeRestore cannot get past the unit it waits in (it may wait for
+        // the very full sync that waits here): its checkpoints reaching that unit are enough.
+        const auto [b, e] = waiting_at_.equal_range(h.shard);
+        for (auto it = b; it != e; ++it) offset = std::min(offset, it->second);
+      }
       // Every pipeline instance of that shard: durable at or past the horizon.
       bool behind = false;
       for (const auto& [p, s] : members_) {
         if (s != h.shard || p->state() == PipelineState::Stopped) continue;
-        if (p->checkpointedOffset() < h.offset) {
+        if (for_snapshot && !p->resumePoint()) continue;  // full-syncs: see beforeSnapshot
+        if (p->checkpointedOffset() < offset) {
           behind = true;
           p->checkpointSoon();
         }
       }
       if (!behind) break;
+      if (stopping && stopping()) co_return fail(Error::cancelled());
       if (clock_.monotonicNow() >= until) {
-        co_return fail(Error::io(fmt::format(
-            "a slot migration: the RESTORE of \"{}\" waits for shard {} ({}) to be checkpointed "
-            "past offset {}, which did not happen in time",
-            keys.front(), h.shard->view().label(), h.address, h.offset)));
+        co_return fail(Error::io(
+            fmt::format("{} waits for shard {} ({}) to be checkpointed past offset {}, which did "
+                        "not happen in time",
+                        what, h.shard->view().label(), h.address, offset)));
       }
       co_await sleepFor(kPoll);
     }
   }
-  ++restores_;
   co_return Status{};
+}
+
+net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
+                                                 const std::vector<std::string>& keys,
+                                                 std::chrono::steady_clock::duration limit,
+                                                 bool for_snapshot,
+                                                 std::optional<uint64_t> position) {
+  for (const auto& k : keys) pending_.insert(k);
+  std::optional<std::multimap<const ShardLocator*, uint64_t>::iterator> waiting;
+  if (position) waiting = waiting_at_.emplace(shard, *position);
+  struct Done {
+    MigrationGuard& g;
+    const std::vector<std::string>& keys;
+    std::optional<std::multimap<const ShardLocator*, uint64_t>::iterator>& waiting;
+    ~Done() {
+      for (const auto& k : keys) g.pending_.erase(g.pending_.find(k));
+      if (waiting) g.waiting_at_.erase(*waiting);
+    }
+  } done{*this, keys, waiting};
+  const auto until = clock_.monotonicNow() + limit;
+
+  std::vector<Horizon> hs;
+  {
+    co_await acquire();
+    struct Lease {  // the connections, released however this scope ends
+      MigrationGuard& g;
+      ~Lease() { g.release(); }
+    } lease{*this};
+    auto r = co_await horizons(shard, keys, until, for_snapshot);
+    if (!r) co_return fail(r.error());
+    hs = std::move(*r);
+  }
+  const std::string what = fmt::format("a slot migration: the {} of \"{}\"",
+                                       for_snapshot ? "snapshot key" : "RESTORE", keys.front());
+  const std::function<bool()> never;
+  co_return co_await awaitCheckpoints(hs, until, for_snapshot, what, never);
+}
+
+net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
+                                                     const std::vector<std::string>& keys,
+                                                     std::chrono::steady_clock::duration limit) {
+  const std::optional<uint64_t> none;
+  auto s = co_await guardKeys(shard, keys, limit, false, none);
+  if (s) ++restores_;
+  co_return s;
+}
+
+net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
+                                                     const std::vector<std::string>& keys,
+                                                     std::chrono::steady_clock::duration limit,
+                                                     uint64_t position) {
+  const std::optional<uint64_t> at = position;
+  auto s = co_await guardKeys(shard, keys, limit, false, at);
+  if (s) ++restores_;
+  co_return s;
+}
+
+net::awaitable<Result<MigrationGuard::SlotSet>> MigrationGuard::beforeSnapshot(
+    const ShardLocator* shard, std::chrono::steady_clock::duration limit,
+    std::function<bool()> stopping) {
+  const auto started = clock_.monotonicNow();
+  const auto until = started + limit;
+  // A discovery begun after the snapshot was forked: every slot it shows on the shard was
+  // assigned to it before, so every migrated key of those slots had left its exporter.
+  if (auto s = co_await topology_->refresh(true); !s) co_return fail(s.error());
+  SlotSet owned;
+  const source::ShardView* now = shard->current(topology_->shards());
+  if (now != nullptr) {
+    for (const auto& [lo, hi] : now->slots) {
+      for (int s = std::max(lo, 0); s <= std::min(hi, cluster::kSlots - 1); ++s) {
+        owned.set(static_cast<size_t>(s));
+      }
+    }
+  }
+  std::vector<Horizon> hs;
+  {
+    co_await acquire();
+    struct Lease {  // the connections, released however this scope ends
+      MigrationGuard& g;
+      ~Lease() { g.release(); }
+    } lease{*this};
+    const std::vector<std::string> no_keys;
+    auto r = co_await horizons(shard, no_keys, until, true);
+    if (!r) co_return fail(r.error());
+    hs = std::move(*r);
+  }
+  const std::string what = "the full sync of shard " + shard->view().label();
+  if (auto s = co_await awaitCheckpoints(hs, until, true, what, stopping); !s) {
+    co_return fail(s.error());
+  }
+  if (!hs.empty()) {
+    std::string where;
+    for (const Horizon& h : hs) {
+      where +=
+          fmt::format("{}{} past {}", where.empty() ? "" : ", ", h.shard->view().label(), h.offset);
+    }
+    spdlog::info(
+        "source {}: the full sync of shard {} ({} slots) writes its snapshot after the other "
+        "shards' checkpoints ({}), {} ms",
+        topology_->cluster().name, shard->view().label(), owned.count(), where,
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.monotonicNow() - started)
+            .count());
+  }
+  co_return owned;
+}
+
+net::awaitable<Status> MigrationGuard::beforeSnapshotKey(
+    const ShardLocator* shard, const std::string& key, std::chrono::steady_clock::duration limit) {
+  const source::ShardView* v = shard->current(topology_->shards());
+  const source::ShardNode* m = v != nullptr ? v->master() : nullptr;
+  if (m == nullptr) {
+    co_return fail(Error::io(fmt::format("{} has no master now", shard->describe())));
+  }
+  const std::string host = m->host;
+  const uint16_t port = m->port;
+  std::vector<std::vector<std::string>> cmds;
+  cmds.push_back({"EXISTS", key});
+  bool held = false;
+  {
+    co_await acquire();
+    struct Lease {  // the connections, released however this scope ends
+      MigrationGuard& g;
+      ~Lease() { g.release(); }
+    } lease{*this};
+    auto r = co_await call(host, port, cmds);
+    if (!r) co_return fail(r.error());
+    held = (*r)[0].type == resp::ReplyType::Integer && (*r)[0].integer > 0;
+  }
+  // Gone from the shard since its snapshot: its stream carries the DEL (or what moved it), in
+  // order after this key.
+  if (!held) co_return Status{};
+  std::vector<std::string> keys;
+  keys.push_back(key);
+  const std::optional<uint64_t> none;
+  co_return co_await guardKeys(shard, keys, limit, true, none);
 }
 
 }  // namespace xdcr::replicator

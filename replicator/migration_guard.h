@@ -19,21 +19,40 @@
 // until none of them is there any more (MIGRATE deletes right after the importer answered), then
 // `INFO replication`'s master_repl_offset, which is at or past that DEL.
 //
+// A full sync of a shard is the other way keys arrive on it: its snapshot holds the keys
+// migrated into it before it was taken, with no RESTORE-ASKING to guard. The same rule holds
+// for them (beforeSnapshot, beforeSnapshotKey): once the snapshot has begun (the source forked
+// it), a discovery names the slots the shard owns; every key of those slots left the other
+// shards before the slot was assigned (MIGRATE deletes on the exporter before the operator's
+// CLUSTER SETSLOT ... NODE), so the other shards' offsets read after that discovery are their
+// horizons for the whole snapshot, and no snapshot key is written before their pipelines are
+// checkpointed past them. A snapshot key of a slot the shard did not own then (a migration into
+// it in progress) waits like a RESTORE-ASKING, when the shard still holds it. This matters most
+// for an agent given `slots` (a cluster split across agents): a shard it did not follow starts
+// with such a full sync when a reshard gives it one of the agent's slots, and without the wait
+// a lagging (or replaying) link of the exporter would apply its DELs after the snapshot wrote
+// the moved keys, losing them on the target for good.
+//
 // One guard per source cluster and process: it needs every shard's checkpoints, which one
-// process has. Agents that split a cluster's shards between them do not share it (see
-// docs/architecture.md, "Scale-out").
+// process has. Agents that split a cluster between them by slot each guard the shards they
+// follow, which include every shard owning one of their slots (see docs/architecture.md,
+// "Scale-out").
 
 #include <boost/asio/awaitable.hpp>
 
+#include <bitset>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "clock/clock.h"
+#include "common/cluster_slot.h"
 #include "common/error.h"
 #include "common/notify.h"
 #include "common/redis_conn.h"
@@ -63,8 +82,37 @@ class MigrationGuard {
   net::awaitable<Status> beforeRestore(const ShardLocator* shard,
                                        const std::vector<std::string>& keys,
                                        std::chrono::steady_clock::duration limit);
+  /** The same, by a link that waits at `position` (its checkpoints can get there meanwhile). */
+  net::awaitable<Status> beforeRestore(const ShardLocator* shard,
+                                       const std::vector<std::string>& keys,
+                                       std::chrono::steady_clock::duration limit,
+                                       uint64_t position);
   /** A RESTORE of `key` is waiting: a DEL of it on another shard must not be replicated. */
   bool restorePending(std::string_view key) const;
+  /** The key's slot is one the agent replicates (the source's `slots`; all without them). */
+  bool selects(std::string_view key) const {
+    return selected_.test(static_cast<size_t>(cluster::keySlot(key)));
+  }
+
+  using SlotSet = std::bitset<cluster::kSlots>;
+  /**
+   * A full sync of `shard` has begun (its snapshot is forked): discovers the slots the shard
+   * owns now and waits until every other shard followed here is checkpointed past its offset
+   * read after that discovery (see above). Instances without a checkpoint are not waited for:
+   * they full-sync after this moment, or are in a full sync themselves (docs/architecture.md
+   * says what that leaves open). Returns the slots the shard owns. Bounded by `limit`;
+   * `stopping` ends the wait early (an error).
+   */
+  net::awaitable<Result<SlotSet>> beforeSnapshot(const ShardLocator* shard,
+                                                 std::chrono::steady_clock::duration limit,
+                                                 std::function<bool()> stopping);
+  /**
+   * A snapshot key of `shard` in a slot it did not own at beforeSnapshot: when the shard still
+   * holds it (a migration into it), waits as for a RESTORE-ASKING of it; otherwise (it left the
+   * shard since the snapshot: the shard's stream carries its DEL, in order) returns at once.
+   */
+  net::awaitable<Status> beforeSnapshotKey(const ShardLocator* shard, const std::string& key,
+                                           std::chrono::steady_clock::duration limit);
 
   /** Counters for status and tests. */
   uint64_t restoresGuarded() const { return restores_; }
@@ -77,11 +125,31 @@ class MigrationGuard {
     std::string address;
     uint64_t offset;
   };
-  /** The offsets of every shard other than `shard` once none of `keys` is on them. */
-  net::awaitable<Result<std::vector<Horizon>>> horizons(
-      const ShardLocator* shard, const std::vector<std::string>& keys,
-      std::chrono::steady_clock::time_point until);
+  /** The offsets of every shard other than `shard` once none of `keys` is on them (no keys:
+   *  now). `for_snapshot`: shards none of whose instances has a checkpoint are left out. */
+  net::awaitable<Result<std::vector<Horizon>>> horizons(const ShardLocator* shard,
+                                                        const std::vector<std::string>& keys,
+                                                        std::chrono::steady_clock::time_point until,
+                                                        bool for_snapshot);
+  /** Until every instance of each horizon's shard is checkpointed past it. `for_snapshot`:
+   *  instances without a checkpoint are not waited for, and a shard whose link waits in
+   *  beforeRestore (maybe for the full sync that waits here) is there once checkpointed where
+   *  it waits. */
+  net::awaitable<Status> awaitCheckpoints(const std::vector<Horizon>& hs,
+                                          std::chrono::steady_clock::time_point until,
+                                          bool for_snapshot, const std::string& what,
+                                          const std::function<bool()>& stopping);
+  /** beforeRestore's wait for `keys` (`position`: where the calling link waits, if it does). */
+  net::awaitable<Status> guardKeys(const ShardLocator* shard, const std::vector<std::string>& keys,
+                                   std::chrono::steady_clock::duration limit, bool for_snapshot,
+                                   std::optional<uint64_t> position);
+  /** The connections are shared: one caller at a time uses them. */
+  net::awaitable<void> acquire();
+  void release();
   RedisConnection& connection(const std::string& host, uint16_t port);
+  /** One round of `cmds` on node host:port (connected on first use). */
+  net::awaitable<Result<std::vector<resp::Value>>> call(
+      const std::string& host, uint16_t port, const std::vector<std::vector<std::string>>& cmds);
 
   net::any_io_executor ex_;
   std::shared_ptr<ClusterTopology> topology_;
@@ -89,7 +157,10 @@ class MigrationGuard {
   std::map<Pipeline*, const ShardLocator*> members_;
   std::multiset<std::string, std::less<>> pending_;
   std::map<std::string, std::unique_ptr<RedisConnection>> conns_;  // by "host:port"
-  bool busy_ = false;  // one beforeRestore at a time (the connections are shared)
+  bool busy_ = false;  // one caller of the connections at a time
+  /** Links waiting in beforeRestore: where each waits (its checkpoints can get that far). */
+  std::multimap<const ShardLocator*, uint64_t> waiting_at_;
+  SlotSet selected_;  // the source's `slots` (all when it has none)
   Notify idle_;
   uint64_t restores_ = 0;
   uint64_t deletes_held_ = 0;

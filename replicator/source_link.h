@@ -23,6 +23,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <bitset>
 #include <deque>
 #include <functional>
 #include <list>
@@ -204,6 +205,9 @@ class SourceLink final : private source::SnapshotConsumer {
   std::chrono::steady_clock::time_point last_checkpoint_{};
   std::chrono::steady_clock::time_point last_report_{};
   std::chrono::steady_clock::time_point snapshot_started_{};
+  /** During a full sync of a Redis Cluster shard: the slots it owned when the snapshot began
+   *  (MigrationGuard::beforeSnapshot); keys of other slots are checked one by one. */
+  std::optional<std::bitset<16384>> snapshot_owned_;
   uint64_t received_offset_ = 0;
   struct Arrival {
     uint64_t end_offset;  // stream offset just past the bytes of one read
