@@ -871,6 +871,158 @@ TEST_F(ClusterToClusterTest, TwoAgentsSplitTheSourceBySlots) {
   report("TwoAgentsSplitTheSourceBySlots took " + std::to_string(msSince(started)) + " ms");
 }
 
+// The order the split's resharding must survive: a slot of agent a's moves into a shard only
+// agent b followed while a's link of the exporting shard lags (here: agent a paused by the
+// operator while the reshard runs, so that link holds every DEL of the moved keys). Agent a
+// starts following the importer (a new instance, not paused: a full sync of that shard, filtered
+// to a's slots). Its snapshot holds the moved keys; were it written now, the exporter's DELs,
+// applied on resume, would delete them from the target for good. The migration guard keeps the
+// snapshot until a's other shards are checkpointed past the exporter's offset after the move
+// (the new instance shows full_sync meanwhile). And each agent's /status lists exactly the
+// masters that own one of its slots.
+TEST_F(ClusterToClusterTest, SplitReshardWhileTheExportersLinkLags) {
+  const auto started = SteadyClock::now();
+  verify_in_converge_ = false;  // each agent's verify covers its half: run below
+  ClusterClient src = source_->client();
+  writeSnapshotData(src, "lag", 27);
+  const std::pair<int, int> range_a{0, 8191};
+  const std::pair<int, int> range_b{8192, 16383};
+  auto owners = [&](std::pair<int, int> range) {
+    std::vector<std::string> out;
+    for (RedisServer* m : source_->masters()) {
+      bool owns = false;
+      for (const auto& [lo, hi] : source_->slotRanges(*m)) {
+        owns = owns || (lo <= range.second && range.first <= hi);
+      }
+      if (owns) out.push_back(m->address());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // The masters an agent's /status shows it reading (its instances' nodes).
+  auto followed = [&](const std::string& admin, const std::string& name) {
+    std::vector<std::string> out;
+    const nlohmann::json p = pipelineStatus(nullptr, admin, name);
+    if (!p.is_null() && p.contains("shards")) {
+      for (const auto& sh : p["shards"]) {
+        const std::string node = sh.value("node", "");
+        out.push_back(node.substr(0, node.find(' ')));
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  RedisServer* only_a = nullptr;
+  RedisServer* only_b = nullptr;
+  for (RedisServer* m : source_->masters()) {
+    bool owns_a = false, owns_b = false;
+    for (const auto& [lo, hi] : source_->slotRanges(*m)) {
+      owns_a = owns_a || lo <= range_a.second;
+      owns_b = owns_b || hi >= range_b.first;
+    }
+    if (owns_a && !owns_b) only_a = m;
+    if (owns_b && !owns_a) only_b = m;
+  }
+  ASSERT_NE(only_a, nullptr) << source_->describe();
+  ASSERT_NE(only_b, nullptr) << source_->describe();
+  const std::vector<std::string> owners_a = owners(range_a);
+  const std::vector<std::string> owners_b = owners(range_b);
+
+  startAgent(
+      redisClusterYaml("src", *source_, "slots: [\"0-8191\"]") + redisClusterYaml("dst", *target_),
+      "");
+  const std::string admin_b = "127.0.0.1:" + std::to_string(freePort());
+  const std::string config_b = dir_.file("xdcr-b.yaml");
+  writeFileText(config_b, "agent:\n  state_dir: \"" + dir_.file("state-b") +
+                              "\"\n  log_level: info\n  admin_listen: \"" + admin_b +
+                              "\"\nclusters:\n" +
+                              redisClusterYaml("src", *source_, "slots: [\"8192-16383\"]") +
+                              redisClusterYaml("dst", *target_) +
+                              "pipelines:\n  - {name: q, source: src, target: dst, "
+                              "checkpoint_interval: 1s}\n");
+  AgentProcess agent_b(config_b, dir_.file("agent-b.log"));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(owners_a.size()));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(owners_b.size(), &agent_b, admin_b, "q"));
+  EXPECT_EQ(followed(admin_, "p"), owners_a);
+  EXPECT_EQ(followed(admin_b, "q"), owners_b);
+
+  const int first = source_->slotRanges(*only_a).front().first;
+  constexpr int kMoved = 200;
+  ClusterLoadOptions options = loadOptions("lg", 127);
+  options.focus_slots = std::make_pair(first, first + kMoved - 1);
+  options.focus_share = 0.4;
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), options, kOpsBefore));
+
+  // Agent a stops applying (every instance: its link of the exporter holds what it reads).
+  const auto paused = replicator::adminRequest(admin_, "POST", "/pipelines/p/pause", 5s);
+  ASSERT_TRUE(paused && paused->first == 200);
+  const ReshardResult moved = source_->reshard(*only_a, *only_b, kMoved, 60s);
+  report("source reshard across the split with agent a paused " + only_a->address() + " -> " +
+         only_b->address() + ": " + std::to_string(moved.slots) + " slots, " +
+         std::to_string(moved.keys) + " keys, " + std::to_string(moved.elapsed.count()) + " ms");
+  ASSERT_EQ(moved.slots, kMoved);
+
+  // Agent a follows the importer now (a new instance, streaming nothing yet): its snapshot waits
+  // for the paused links. Give a snapshot that did not wait the time to be written.
+  std::string state;
+  const bool follows = waitUntil(
+      [&] {
+        const nlohmann::json p = pipelineStatus();
+        if (p.is_null() || !p.contains("shards")) return false;
+        for (const auto& sh : p["shards"]) {
+          const std::string node = sh.value("node", "");
+          if (node.substr(0, node.find(' ')) == only_b->address()) {
+            state = sh.value("state", "");
+            return true;
+          }
+        }
+        return false;
+      },
+      10s, 100ms);
+  ASSERT_TRUE(follows) << "agent a does not follow " << only_b->address() << ": "
+                       << pipelineStatus().dump();
+  std::this_thread::sleep_for(3s);
+  const nlohmann::json waiting = shardStatus(shardOfNode(only_b->address()));
+  state = waiting.value("state", "");
+  report("agent a's instance of the importer " + only_b->address() + " 3 s after it started: " +
+         state + ", " + std::to_string(waiting.value("applied_offset", uint64_t{0})) + " applied");
+  EXPECT_EQ(state, "full_sync") << "the importer's snapshot did not wait for the exporter's link";
+
+  const auto resumed = replicator::adminRequest(admin_, "POST", "/pipelines/p/resume", 5s);
+  ASSERT_TRUE(resumed && resumed->first == 200);
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(owners_a.size() + 1));
+  std::vector<std::string> expect_a = owners_a;
+  expect_a.push_back(only_b->address());
+  std::sort(expect_a.begin(), expect_a.end());
+  // (a shard stays followed once followed, even if it no longer owns one of a's slots)
+  EXPECT_EQ(followed(admin_, "p"), expect_a);
+  EXPECT_EQ(followed(admin_b, "q"), owners(range_b));
+
+  const Converged c = expectEqual("two agents, a reshard across the split while a lagged");
+  int64_t migrated = 0;
+  int64_t migrated_missing = 0;
+  for (const auto& [key, st] : c.source.keys) {
+    if (inRanges(cluster::keySlot(key), moved.ranges)) {
+      ++migrated;
+      migrated_missing += c.target.keys.count(key) == 0;
+    }
+  }
+  report("keys in the moved slots: " + std::to_string(migrated) + " on the source, " +
+         std::to_string(migrated_missing) + " missing on the target");
+  EXPECT_GT(migrated, 50);
+  EXPECT_EQ(migrated_missing, 0);
+  const int64_t checked_a = expectVerifyClean("agent a", config_path_, "p");
+  const int64_t checked_b = expectVerifyClean("agent b", config_b, "q");
+  EXPECT_EQ(checked_a + checked_b, static_cast<int64_t>(c.source.keys.size()));
+  printCounters("agent a after the reshard");
+
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+  EXPECT_TRUE(agent_b.running()) << agent_b.describeState();
+  if (HasFailure()) std::cerr << "---- agent b (log tail)\n" << agent_b.logTail(60) << "\n";
+  report("SplitReshardWhileTheExportersLinkLags took " + std::to_string(msSince(started)) + " ms");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. standalone -> cluster (3 masters), target max_ttl 10m
 
