@@ -885,8 +885,41 @@ TEST_F(ClusterToClusterTest, SplitReshardWhileTheExportersLinkLags) {
   verify_in_converge_ = false;  // each agent's verify covers its half: run below
   ClusterClient src = source_->client();
   writeSnapshotData(src, "lag", 27);
-  const std::pair<int, int> range_a{0, 8191};
-  const std::pair<int, int> range_b{8192, 16383};
+  // The split point: 8192, or (the suite shares one source, which earlier tests reshard) the
+  // first shard boundary that leaves a master owning only agent a's slots and one owning only
+  // agent b's.
+  std::pair<int, int> range_a{0, 8191};
+  std::pair<int, int> range_b{8192, 16383};
+  RedisServer* only_a = nullptr;
+  RedisServer* only_b = nullptr;
+  auto split = [&](int at) {
+    only_a = only_b = nullptr;
+    for (RedisServer* m : source_->masters()) {
+      bool owns_a = false, owns_b = false;
+      for (const auto& [lo, hi] : source_->slotRanges(*m)) {
+        owns_a = owns_a || lo < at;
+        owns_b = owns_b || hi >= at;
+      }
+      if (owns_a && !owns_b) only_a = m;
+      if (owns_b && !owns_a) only_b = m;
+    }
+    range_a = {0, at - 1};
+    range_b = {at, 16383};
+    return only_a != nullptr && only_b != nullptr;
+  };
+  if (!split(8192)) {
+    for (RedisServer* m : source_->masters()) {
+      for (const auto& [lo, hi] : source_->slotRanges(*m)) {
+        if (hi + 1 < cluster::kSlots && split(hi + 1)) break;
+      }
+      if (only_a != nullptr) break;
+    }
+  }
+  ASSERT_NE(only_a, nullptr) << "no split point with a master on each side: "
+                             << source_->describe();
+  ASSERT_NE(only_b, nullptr) << source_->describe();
+  const std::string slots_a = "slots: [\"0-" + std::to_string(range_a.second) + "\"]";
+  const std::string slots_b = "slots: [\"" + std::to_string(range_b.first) + "-16383\"]";
   auto owners = [&](std::pair<int, int> range) {
     std::vector<std::string> out;
     for (RedisServer* m : source_->masters()) {
@@ -912,31 +945,15 @@ TEST_F(ClusterToClusterTest, SplitReshardWhileTheExportersLinkLags) {
     std::sort(out.begin(), out.end());
     return out;
   };
-  RedisServer* only_a = nullptr;
-  RedisServer* only_b = nullptr;
-  for (RedisServer* m : source_->masters()) {
-    bool owns_a = false, owns_b = false;
-    for (const auto& [lo, hi] : source_->slotRanges(*m)) {
-      owns_a = owns_a || lo <= range_a.second;
-      owns_b = owns_b || hi >= range_b.first;
-    }
-    if (owns_a && !owns_b) only_a = m;
-    if (owns_b && !owns_a) only_b = m;
-  }
-  ASSERT_NE(only_a, nullptr) << source_->describe();
-  ASSERT_NE(only_b, nullptr) << source_->describe();
   const std::vector<std::string> owners_a = owners(range_a);
   const std::vector<std::string> owners_b = owners(range_b);
 
-  startAgent(
-      redisClusterYaml("src", *source_, "slots: [\"0-8191\"]") + redisClusterYaml("dst", *target_),
-      "");
+  startAgent(redisClusterYaml("src", *source_, slots_a) + redisClusterYaml("dst", *target_), "");
   const std::string admin_b = "127.0.0.1:" + std::to_string(freePort());
   const std::string config_b = dir_.file("xdcr-b.yaml");
   writeFileText(config_b, "agent:\n  state_dir: \"" + dir_.file("state-b") +
                               "\"\n  log_level: info\n  admin_listen: \"" + admin_b +
-                              "\"\nclusters:\n" +
-                              redisClusterYaml("src", *source_, "slots: [\"8192-16383\"]") +
+                              "\"\nclusters:\n" + redisClusterYaml("src", *source_, slots_b) +
                               redisClusterYaml("dst", *target_) +
                               "pipelines:\n  - {name: q, source: src, target: dst, "
                               "checkpoint_interval: 1s}\n");
