@@ -65,6 +65,13 @@ struct AgentConfig {
   std::string state_dir = "./xdcr-state";  // relative paths are relative to the config file's dir
   LogLevel log_level = LogLevel::Info;
   LogFormat log_format = LogFormat::Text;
+  /**
+   * agent.threads: threads that run the source links and their pipelines (each link, with its
+   * pipelines and their targets, on one of them; a Redis Cluster source has a link per shard).
+   * 1 (the default): one thread runs everything. Discovery, the migration guard, the clock
+   * monitor and the admin server stay on the first thread.
+   */
+  int threads = 1;
 };
 
 struct ClockConfig {

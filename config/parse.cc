@@ -40,6 +40,8 @@ namespace {
 // Redis's `databases` is configurable (default 16), so 0..15 would reject valid setups; 1023 is
 // a sanity bound that still catches typos such as a port number written as a db.
 constexpr int64_t kMaxDb = 1023;
+// agent.threads: more than links can use is a mistake (a link runs on one thread).
+constexpr int64_t kMaxThreads = 64;
 constexpr uint16_t kDefaultRedisPort = 6379;
 constexpr uint16_t kDefaultSentinelPort = 26379;
 constexpr uint16_t kDefaultNtpPort = 123;
@@ -563,8 +565,9 @@ void parseAgent(const Entry& section, const ParseContext& ctx, AgentConfig& agen
   if (!expectMap(section.value, section.value_mark, "agent", diags)) {
     return;
   }
-  MapReader reader(section.value, "in agent",
-                   {"admin_listen", "admin_token", "state_dir", "log_level", "log_format"}, diags);
+  MapReader reader(
+      section.value, "in agent",
+      {"admin_listen", "admin_token", "state_dir", "log_level", "log_format", "threads"}, diags);
   if (const Entry* e = reader.get("admin_listen")) {
     if (auto text = readString(*e, diags)) {
       std::string why;
@@ -603,6 +606,11 @@ void parseAgent(const Entry& section, const ParseContext& ctx, AgentConfig& agen
     if (auto format = readEnum<LogFormat>(
             *e, {{"text", LogFormat::Text}, {"json", LogFormat::Json}}, diags)) {
       agent.log_format = *format;
+    }
+  }
+  if (const Entry* e = reader.get("threads")) {
+    if (auto n = readInt(e->value, e->value_mark, "threads", 1, kMaxThreads, diags)) {
+      agent.threads = static_cast<int>(*n);
     }
   }
 }

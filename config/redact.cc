@@ -149,7 +149,8 @@ std::string redactedJson(const Config& config) {
       {"admin_listen", config.agent.admin_listen ? Json(*config.agent.admin_listen) : Json()},
       {"state_dir", config.agent.state_dir},
       {"log_level", toString(config.agent.log_level)},
-      {"log_format", toString(config.agent.log_format)}};
+      {"log_format", toString(config.agent.log_format)},
+      {"threads", config.agent.threads}};
   if (config.agent.admin_token.present()) {
     json["agent"]["admin_token"] = config.agent.admin_token.describe();
   }

@@ -2,7 +2,9 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "replicator/source_link.h"
 #include "replicator/state_lock.h"
 #include "replicator/status.h"
+#include "replicator/workers.h"
 
 namespace xdcr::replicator {
 namespace {
@@ -127,15 +130,21 @@ namespace {
  * its own. A pipeline that stops is removed; a replacement waiting for it (a SIGHUP changed its
  * config) starts then, so the old one has drained and checkpointed before the new one resumes
  * from that checkpoint.
+ *
+ * It runs on the first thread; each link, with its pipelines, on the thread `workers` gives it
+ * (replicator/workers.h). Its public calls that touch pipelines run inside Workers::exclusive.
  */
 class PipelineSet {
  public:
-  PipelineSet(net::io_context& ioc, const clock::Clock& clock, clock::SkewMonitor& monitor)
-      : ioc_(ioc), clock_(clock), monitor_(monitor) {}
+  PipelineSet(net::io_context& ioc, Workers& workers, const clock::Clock& clock,
+              clock::SkewMonitor& monitor)
+      : ioc_(ioc), workers_(workers), clock_(clock), monitor_(monitor) {}
 
   /** A clock check completed: every pipeline re-evaluates its skew policy. */
   void clockReport(const clock::ClockReport& r) {
-    for (const auto& p : pipelines_) p->onClockReport(r);
+    workers_.exclusive([&] {
+      for (const auto& p : pipelines_) p->onClockReport(r);
+    });
   }
 
   const Pipelines& pipelines() const { return pipelines_; }
@@ -147,6 +156,7 @@ class PipelineSet {
              const std::vector<const config::PipelineConfig*>& pcs) {
     std::map<std::string, std::vector<Pipeline*>> by_source;
     std::map<std::string, std::vector<const config::PipelineConfig*>> by_cluster_source;
+    std::map<std::string, std::pair<net::any_io_executor, int>> thread_of;  // one per link
     for (const config::PipelineConfig* pc : pcs) {
       fingerprints_[pc->name] = config::pipelineFingerprint(*cfg, *pc);
       configs_[pc->name] = cfg;
@@ -154,7 +164,14 @@ class PipelineSet {
         by_cluster_source[pc->source].push_back(pc);
         continue;
       }
-      auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, *pc, clock_);
+      if (thread_of.count(pc->source) == 0) {
+        int index = 0;
+        net::any_io_executor ex = workers_.next(&index);
+        thread_of.emplace(pc->source, std::make_pair(ex, index));
+      }
+      const auto& [ex, index] = thread_of.at(pc->source);
+      auto p = std::make_unique<Pipeline>(ex, cfg, *pc, clock_);
+      p->setThread(index);
       // A pipeline started by a reload need not wait a whole check_interval for its clocks.
       if (monitor_.latest()) p->onClockReport(*monitor_.latest());
       by_source[pc->source].push_back(p.get());
@@ -166,6 +183,18 @@ class PipelineSet {
 
   /** SIGHUP with a valid new config: restart changed pipelines, start new, stop removed. */
   void apply(const config::ConfigConstSharedPtr& cfg) {
+    workers_.exclusive([&] { applyHere(cfg); });
+  }
+
+  void stopAll() {
+    workers_.exclusive([&] { stopAllHere(); });
+  }
+
+  /** Runs `f` while no link runs (replicator/workers.h): `f` may read and change pipelines. */
+  void exclusive(const std::function<void()>& f) { workers_.exclusive(f); }
+
+ private:
+  void applyHere(const config::ConfigConstSharedPtr& cfg) {
     // A Redis Cluster source's discovery runs for a set of pipelines: when one of them changes,
     // the whole set restarts (each instance resumes from its checkpoint).
     for (const auto& g : groups_) {
@@ -208,7 +237,7 @@ class PipelineSet {
     if (!fresh.empty()) start(cfg, fresh);
   }
 
-  void stopAll() {
+  void stopAllHere() {
     stopping_ = true;
     replacements_.clear();
     for (const auto& g : groups_) g->stop();
@@ -220,26 +249,35 @@ class PipelineSet {
     }
   }
 
- private:
+  /** Runs a link for `members` (which share one executor) on their thread. Its calls back and
+   *  its end come to the first thread. */
   void startLink(const config::ConfigConstSharedPtr& cfg, std::vector<Pipeline*> members) {
+    const net::any_io_executor ex = members.front()->executor();
+    const net::any_io_executor home = ioc_.get_executor();
     auto link = std::make_unique<SourceLink>(
-        ioc_.get_executor(), cfg, std::move(members), clock_,
-        [this, cfg](Pipeline* p) {
-          if (stopping_ || p->stopping()) {
-            finished(p);
-          } else {
-            startLink(cfg, {p});
-          }
+        ex, cfg, std::move(members), clock_,
+        [this, cfg, home](Pipeline* p) {
+          net::dispatch(home, [this, cfg, p] {
+            if (stopping_ || p->stopping()) {
+              finished(p);
+            } else {
+              startLink(cfg, {p});
+            }
+          });
         },
-        [this](Pipeline* p) { finished(p); });
+        [this, home](Pipeline* p) { net::dispatch(home, [this, p] { finished(p); }); });
     SourceLink* raw = link.get();
     links_.push_back(std::move(link));
-    net::co_spawn(ioc_, raw->run(), [this, raw](std::exception_ptr e) {
-      if (e) failed_ = true;
-      // Deleted once run() has fully returned (this handler runs after its frame is gone).
-      net::post(ioc_, [this, raw] {
-        std::erase_if(links_, [&](const auto& l) { return l.get() == raw; });
-        maybeExit();
+    net::co_spawn(ex, raw->run(), [this, raw, ex, home](std::exception_ptr e) {
+      // Deleted once run() has fully returned (a handler posted on its thread runs after its
+      // frame is gone), on the first thread while no link runs.
+      net::post(ex, [this, raw, home, failed = e != nullptr] {
+        net::dispatch(home, [this, raw, failed] {
+          if (failed) failed_ = true;
+          workers_.exclusive(
+              [&] { std::erase_if(links_, [&](const auto& l) { return l.get() == raw; }); });
+          maybeExit();
+        });
       });
     });
   }
@@ -254,9 +292,12 @@ class PipelineSet {
         [this, cfg, guard](std::shared_ptr<ShardLocator> locator, std::string label,
                            std::vector<ClusterSourceGroup::Instance> instances) {
           std::vector<Pipeline*> members;
+          int index = 0;
+          const net::any_io_executor ex = workers_.next(&index);  // the shard's link's thread
           for (auto& i : instances) {
-            auto p = std::make_unique<Pipeline>(ioc_.get_executor(), cfg, *i.pipeline, clock_,
-                                                Limits{}, locator, Pipeline::Shard{i.name, label});
+            auto p = std::make_unique<Pipeline>(ex, cfg, *i.pipeline, clock_, Limits{}, locator,
+                                                Pipeline::Shard{i.name, label});
+            p->setThread(index);
             p->setMigrationGuard(*guard, locator.get());
             (*guard)->add(locator.get(), p.get());
             if (monitor_.latest()) p->onClockReport(*monitor_.latest());
@@ -266,11 +307,13 @@ class PipelineSet {
           startLink(cfg, members);
         },
         [this](const std::vector<std::string>& instances) {
-          for (const auto& p : pipelines_) {
-            if (std::find(instances.begin(), instances.end(), p->instance()) != instances.end()) {
-              p->stop();
+          workers_.exclusive([&] {
+            for (const auto& p : pipelines_) {
+              if (std::find(instances.begin(), instances.end(), p->instance()) != instances.end()) {
+                p->stop();
+              }
             }
-          }
+          });
         });
     ClusterSourceGroup* raw = group.get();
     *guard = raw->migrationGuard();
@@ -288,7 +331,8 @@ class PipelineSet {
     std::string name = done->name();
     if (done->state() == PipelineState::Stopped && !done->stopping()) failed_ = true;
     if (MigrationGuard* g = done->migrationGuard()) g->remove(done);
-    std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; });
+    workers_.exclusive(
+        [&] { std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; }); });
     // The other instances of the pipeline (source shards) finish first.
     if (std::any_of(pipelines_.begin(), pipelines_.end(),
                     [&](const auto& p) { return p->name() == name; })) {
@@ -298,7 +342,7 @@ class PipelineSet {
     if (it != replacements_.end() && !stopping_) {
       auto [cfg, pc] = it->second;
       replacements_.erase(it);
-      start(cfg, {pc});
+      workers_.exclusive([&] { start(cfg, {pc}); });
       return;
     }
     fingerprints_.erase(name);
@@ -318,6 +362,7 @@ class PipelineSet {
   }
 
   net::io_context& ioc_;
+  Workers& workers_;
   const clock::Clock& clock_;
   clock::SkewMonitor& monitor_;
   Pipelines pipelines_;
@@ -338,11 +383,16 @@ int runAgent(config::ConfigConstSharedPtr config) {
   if (int code = state_lock.acquire(config->agent.state_dir)) return code;
   if (int code = checkDistinctServers(*config)) return code;  // one server under two names
   net::io_context ioc(1);
+  Workers workers(ioc, config->agent.threads);  // before `set`: its threads outlive the links
   clock::SystemClock clock;
   // The skew monitor measures NTP and every cluster's clock at once, then every check_interval;
   // pipelines with clock.on_skew pause or compensate wait for its first report.
   clock::SkewMonitor monitor(ioc.get_executor(), config);
-  PipelineSet set(ioc, clock, monitor);
+  PipelineSet set(ioc, workers, clock, monitor);
+  struct JoinWorkers {  // however this returns, no link runs while `set` is destroyed
+    Workers& w;
+    ~JoinWorkers() { w.stop(); }
+  } join_workers{workers};
   monitor.onReport([&set](const clock::ClockReport& r) { set.clockReport(r); });
   net::co_spawn(ioc, monitor.run(), net::detached);
   spdlog::info("xdcr-agent {} ({}) starting {} pipeline(s) from {}", version(), gitRevision(),
@@ -359,8 +409,12 @@ int runAgent(config::ConfigConstSharedPtr config) {
   std::unique_ptr<AdminServer> admin;
   if (config->agent.admin_listen) {
     admin = std::make_unique<AdminServer>(ioc.get_executor(), [&](const AdminRequest& req) {
-      return route(req, set.pipelines(), *current, stopping,
-                   monitor.latest() ? &*monitor.latest() : nullptr);
+      AdminReply reply;
+      set.exclusive([&] {
+        reply = route(req, set.pipelines(), *current, stopping,
+                      monitor.latest() ? &*monitor.latest() : nullptr);
+      });
+      return reply;
     });
     if (auto s = admin->start(*config->agent.admin_listen); !s) {
       spdlog::critical("{}", s.error().message);

@@ -1,6 +1,7 @@
 #include "replicator/cluster_source.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -70,7 +71,10 @@ ShardLocator::ShardLocator(std::shared_ptr<ClusterTopology> topology, source::Sh
 }
 
 void ShardLocator::adopt(const source::ShardView& v) {
-  view_ = v;
+  {
+    std::lock_guard lock(view_mutex_);
+    view_ = v;
+  }
   for (const auto& n : v.nodes) {
     if (!n.id.empty() && std::find(ids_.begin(), ids_.end(), n.id) == ids_.end()) {
       ids_.push_back(n.id);
@@ -108,6 +112,15 @@ const source::ShardNode* ShardLocator::choose(const source::ShardView& v) const 
 }
 
 net::awaitable<Result<source::NodeChoice>> ShardLocator::locate() {
+  co_return co_await net::co_spawn(topology_->executor(), locateHere(), net::use_awaitable);
+}
+
+net::awaitable<void> ShardLocator::watch(const source::NodeChoice& attached) {
+  // (a cancellation of the caller's wait reaches watchHere's timer through co_spawn)
+  co_await net::co_spawn(topology_->executor(), watchHere(attached), net::use_awaitable);
+}
+
+net::awaitable<Result<source::NodeChoice>> ShardLocator::locateHere() {
   if (auto s = co_await topology_->refresh(); !s) co_return fail(s.error());
   const source::ShardView* now = current(topology_->shards());
   if (now == nullptr) {
@@ -127,7 +140,7 @@ net::awaitable<Result<source::NodeChoice>> ShardLocator::locate() {
   co_return c;
 }
 
-net::awaitable<void> ShardLocator::watch(const source::NodeChoice& attached) {
+net::awaitable<void> ShardLocator::watchHere(const source::NodeChoice& attached) {
   // The group's discovery refreshes the topology every second; a session ends once the shard's
   // chosen node is another (a failover) or the attached node left the shard.
   for (;;) {

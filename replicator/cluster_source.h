@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@ class ClusterTopology {
   net::awaitable<Status> refresh(bool fresh = false);
   const std::vector<source::ShardView>& shards() const { return shards_; }
   const config::ClusterConfig& cluster() const { return cluster_; }
+  /** Where it runs: the first thread (replicator/workers.h). */
+  const net::any_io_executor& executor() const { return ex_; }
   /** The current view of the shard `like` was (same node ids); nullptr when it is gone. */
   const source::ShardView* find(const source::ShardView& like) const;
 
@@ -57,13 +60,20 @@ class ClusterTopology {
   Notify done_;
 };
 
-/** Where one shard is read from: its master, or an online replica (read_from: replica). */
+/**
+ * Where one shard is read from: its master, or an online replica (read_from: replica). It lives
+ * on its topology's executor (the first thread); locate() and watch(), awaited by the shard's
+ * link on its own thread, run there, and describe() may be called from any thread.
+ */
 class ShardLocator final : public source::Locator {
  public:
   ShardLocator(std::shared_ptr<ClusterTopology> topology, source::ShardView view);
   net::awaitable<Result<source::NodeChoice>> locate() override;
   net::awaitable<void> watch(const source::NodeChoice& attached) override;
-  std::string describe() const override { return "shard " + view_.label(); }
+  std::string describe() const override {
+    std::lock_guard lock(view_mutex_);
+    return "shard " + view_.label();
+  }
   const source::ShardView& view() const { return view_; }
   /** True when `v` holds a node this shard ever had: the same shard, or a fragment of it (a
    *  failover shows the demoted master alone, without slots, until it becomes a replica). */
@@ -78,10 +88,13 @@ class ShardLocator final : public source::Locator {
 
   /** Takes `v` as the shard's view, remembering its node ids. */
   void adopt(const source::ShardView& v);
+  net::awaitable<Result<source::NodeChoice>> locateHere();
+  net::awaitable<void> watchHere(const source::NodeChoice& attached);
 
   std::shared_ptr<ClusterTopology> topology_;
-  source::ShardView view_;        // as last seen
-  std::vector<std::string> ids_;  // every node id the shard has had
+  mutable std::mutex view_mutex_;  // view_ is written here, describe() read on any thread
+  source::ShardView view_;         // as last seen
+  std::vector<std::string> ids_;   // every node id the shard has had
 };
 
 /**

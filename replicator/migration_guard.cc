@@ -1,6 +1,7 @@
 #include "replicator/migration_guard.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -63,6 +64,7 @@ void MigrationGuard::remove(Pipeline* p) {
 }
 
 bool MigrationGuard::restorePending(std::string_view key) const {
+  std::lock_guard lock(pending_mutex_);
   return pending_.find(key) != pending_.end();
 }
 
@@ -121,7 +123,7 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::hor
       // Only shards with a checkpoint can replay (or still apply) what their snapshot or
       // stream wrote before this moment; the others full-sync (see beforeSnapshot).
       const bool checked = std::any_of(members_.begin(), members_.end(), [&](const auto& m) {
-        return m.second == other && m.first->resumePoint().has_value();
+        return m.second == other && m.first->hasResumePoint();
       });
       if (!checked) continue;
     }
@@ -176,7 +178,7 @@ net::awaitable<Status> MigrationGuard::awaitCheckpoints(const std::vector<Horizo
       bool behind = false;
       for (const auto& [p, s] : members_) {
         if (s != h.shard || p->state() == PipelineState::Stopped) continue;
-        if (for_snapshot && !p->resumePoint()) continue;  // full-syncs: see beforeSnapshot
+        if (for_snapshot && !p->hasResumePoint()) continue;  // full-syncs: see beforeSnapshot
         if (p->checkpointedOffset() < offset) {
           behind = true;
           p->checkpointSoon();
@@ -201,7 +203,10 @@ net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
                                                  std::chrono::steady_clock::duration limit,
                                                  bool for_snapshot,
                                                  std::optional<uint64_t> position) {
-  for (const auto& k : keys) pending_.insert(k);
+  {
+    std::lock_guard lock(pending_mutex_);
+    for (const auto& k : keys) pending_.insert(k);
+  }
   std::optional<std::multimap<const ShardLocator*, uint64_t>::iterator> waiting;
   if (position) waiting = waiting_at_.emplace(shard, *position);
   struct Done {
@@ -209,7 +214,10 @@ net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
     const std::vector<std::string>& keys;
     std::optional<std::multimap<const ShardLocator*, uint64_t>::iterator>& waiting;
     ~Done() {
-      for (const auto& k : keys) g.pending_.erase(g.pending_.find(k));
+      {
+        std::lock_guard lock(g.pending_mutex_);
+        for (const auto& k : keys) g.pending_.erase(g.pending_.find(k));
+      }
       if (waiting) g.waiting_at_.erase(*waiting);
     }
   } done{*this, keys, waiting};
@@ -232,13 +240,14 @@ net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
   co_return co_await awaitCheckpoints(hs, until, for_snapshot, what, never);
 }
 
+// The public calls come from the links' threads: each runs its work on the guard's executor (the
+// first thread, replicator/workers.h) and resumes the caller on its own.
+
 net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
                                                      const std::vector<std::string>& keys,
                                                      std::chrono::steady_clock::duration limit) {
   const std::optional<uint64_t> none;
-  auto s = co_await guardKeys(shard, keys, limit, false, none);
-  if (s) ++restores_;
-  co_return s;
+  co_return co_await net::co_spawn(ex_, restoreHere(shard, keys, limit, none), net::use_awaitable);
 }
 
 net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
@@ -246,12 +255,31 @@ net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
                                                      std::chrono::steady_clock::duration limit,
                                                      uint64_t position) {
   const std::optional<uint64_t> at = position;
-  auto s = co_await guardKeys(shard, keys, limit, false, at);
+  co_return co_await net::co_spawn(ex_, restoreHere(shard, keys, limit, at), net::use_awaitable);
+}
+
+net::awaitable<Result<MigrationGuard::SlotSet>> MigrationGuard::beforeSnapshot(
+    const ShardLocator* shard, std::chrono::steady_clock::duration limit,
+    std::function<bool()> stopping) {
+  co_return co_await net::co_spawn(ex_, snapshotHere(shard, limit, std::move(stopping)),
+                                   net::use_awaitable);
+}
+
+net::awaitable<Status> MigrationGuard::beforeSnapshotKey(
+    const ShardLocator* shard, const std::string& key, std::chrono::steady_clock::duration limit) {
+  co_return co_await net::co_spawn(ex_, snapshotKeyHere(shard, key, limit), net::use_awaitable);
+}
+
+net::awaitable<Status> MigrationGuard::restoreHere(const ShardLocator* shard,
+                                                   const std::vector<std::string>& keys,
+                                                   std::chrono::steady_clock::duration limit,
+                                                   std::optional<uint64_t> position) {
+  auto s = co_await guardKeys(shard, keys, limit, false, position);
   if (s) ++restores_;
   co_return s;
 }
 
-net::awaitable<Result<MigrationGuard::SlotSet>> MigrationGuard::beforeSnapshot(
+net::awaitable<Result<MigrationGuard::SlotSet>> MigrationGuard::snapshotHere(
     const ShardLocator* shard, std::chrono::steady_clock::duration limit,
     std::function<bool()> stopping) {
   const auto started = clock_.monotonicNow();
@@ -300,8 +328,9 @@ net::awaitable<Result<MigrationGuard::SlotSet>> MigrationGuard::beforeSnapshot(
   co_return owned;
 }
 
-net::awaitable<Status> MigrationGuard::beforeSnapshotKey(
-    const ShardLocator* shard, const std::string& key, std::chrono::steady_clock::duration limit) {
+net::awaitable<Status> MigrationGuard::snapshotKeyHere(const ShardLocator* shard,
+                                                       const std::string& key,
+                                                       std::chrono::steady_clock::duration limit) {
   const source::ShardView* v = shard->current(topology_->shards());
   const source::ShardNode* m = v != nullptr ? v->master() : nullptr;
   if (m == nullptr) {

@@ -40,11 +40,13 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <atomic>
 #include <bitset>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -87,7 +89,8 @@ class MigrationGuard {
                                        const std::vector<std::string>& keys,
                                        std::chrono::steady_clock::duration limit,
                                        uint64_t position);
-  /** A RESTORE of `key` is waiting: a DEL of it on another shard must not be replicated. */
+  /** A RESTORE of `key` is waiting: a DEL of it on another shard must not be replicated. From
+   *  any thread (the other calls are awaited from a link's thread and run on the guard's). */
   bool restorePending(std::string_view key) const;
   /** The key's slot is one the agent replicates (the source's `slots`; all without them). */
   bool selects(std::string_view key) const {
@@ -139,6 +142,16 @@ class MigrationGuard {
                                           std::chrono::steady_clock::time_point until,
                                           bool for_snapshot, const std::string& what,
                                           const std::function<bool()>& stopping);
+  /** beforeRestore, beforeSnapshot and beforeSnapshotKey on the guard's executor. */
+  net::awaitable<Status> restoreHere(const ShardLocator* shard,
+                                     const std::vector<std::string>& keys,
+                                     std::chrono::steady_clock::duration limit,
+                                     std::optional<uint64_t> position);
+  net::awaitable<Result<SlotSet>> snapshotHere(const ShardLocator* shard,
+                                               std::chrono::steady_clock::duration limit,
+                                               std::function<bool()> stopping);
+  net::awaitable<Status> snapshotKeyHere(const ShardLocator* shard, const std::string& key,
+                                         std::chrono::steady_clock::duration limit);
   /** beforeRestore's wait for `keys` (`position`: where the calling link waits, if it does). */
   net::awaitable<Status> guardKeys(const ShardLocator* shard, const std::vector<std::string>& keys,
                                    std::chrono::steady_clock::duration limit, bool for_snapshot,
@@ -155,6 +168,7 @@ class MigrationGuard {
   std::shared_ptr<ClusterTopology> topology_;
   const clock::Clock& clock_;  // monotonic: the time limits
   std::map<Pipeline*, const ShardLocator*> members_;
+  mutable std::mutex pending_mutex_;  // restorePending() is called from the links' threads
   std::multiset<std::string, std::less<>> pending_;
   std::map<std::string, std::unique_ptr<RedisConnection>> conns_;  // by "host:port"
   bool busy_ = false;  // one caller of the connections at a time
@@ -163,7 +177,7 @@ class MigrationGuard {
   SlotSet selected_;  // the source's `slots` (all when it has none)
   Notify idle_;
   uint64_t restores_ = 0;
-  uint64_t deletes_held_ = 0;
+  std::atomic<uint64_t> deletes_held_ = 0;  // counted by the links' threads
 };
 
 }  // namespace xdcr::replicator

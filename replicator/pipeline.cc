@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
 
 #include "replicator/source_link.h"
 #include "target/cluster_sink.h"
@@ -64,7 +65,11 @@ void Pipeline::setLink(SourceLink* link) {
 }
 
 void Pipeline::checkpointSoon() {
-  if (link_ != nullptr) link_->checkpointSoon();
+  // From any thread (the migration guard runs on the first one): on the link's thread, unless
+  // the pipeline is gone by then (deleted on the first thread, see replicator/workers.h).
+  net::post(ex_, [alive = alive_] {
+    if (Pipeline* p = *alive; p != nullptr && p->link_ != nullptr) p->link_->checkpointSoon();
+  });
 }
 
 void Pipeline::stop() {
@@ -87,7 +92,7 @@ Status Pipeline::open(source::ExpiryIndex& index) {
   if (auto s = store_.prepare(); !s) return s;
   auto cp = store_.load(index);
   if (!cp) return fail(cp.error());
-  resume_ = *cp;
+  setResume(*cp);
   // For one server the address is its identity. A Sentinel-managed master or a cluster shard
   // moves between nodes: there the replication history (the replid PSYNC offers) is the
   // identity, and a changed address is a failover to follow, not a new source.
@@ -97,7 +102,7 @@ Status Pipeline::open(source::ExpiryIndex& index) {
         "pipeline {}: checkpoint {} was taken from source {}, now {}; starting over "
         "with a full resync",
         pipeline_.name, store_.path(), resume_->source_address, source_cluster_.address());
-    resume_.reset();
+    setResume(std::nullopt);
     index.clearAll();
   }
   image_needed_ = false;
@@ -178,7 +183,7 @@ Result<target::ReplaySkip> Pipeline::checkMarkers(const target::MarkerState& m) 
       "starting a full resync",
       pipeline_.name, target_cluster_.name, from, found, resume_->marker, resume_->next_marker);
   ++stats_.target_loss_resyncs;
-  resume_.reset();
+  setResume(std::nullopt);
   if (auto s = store_.remove(); !s) return fail(s.error());
   return target::ReplaySkip{};
 }
@@ -192,7 +197,7 @@ Status Pipeline::beginFullSync() {
   // From here until the snapshot is applied no checkpoint is valid: a crash in between must
   // start a new full sync, not resume the old history over a half-written snapshot.
   state_ = PipelineState::FullSync;
-  resume_.reset();
+  setResume(std::nullopt);
   image_needed_ = false;
   return store_.remove();
 }
@@ -206,7 +211,7 @@ void Pipeline::checkpointWritten(const Checkpoint& cp) {
   ++stats_.checkpoints;
   next_marker_ = cp.next_marker;
   last_checkpoint_ms_ = cp.written_at_ms;
-  resume_ = cp;
+  setResume(cp);
   checkpointed_offset_ = cp.position.offset;
   applied_offset_ = std::max(applied_offset_, cp.position.offset);
 }

@@ -9,6 +9,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,9 @@ class Pipeline {
            const config::PipelineConfig& pipeline, const clock::Clock& clock,
            Limits limits = Limits{}, std::shared_ptr<source::Locator> locator = nullptr,
            std::optional<Shard> shard = std::nullopt);
+  ~Pipeline() { *alive_ = nullptr; }
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
 
   /** Graceful stop: its link stops feeding it, drains its target, checkpoints it. */
   void stop();
@@ -96,8 +100,13 @@ class Pipeline {
   }
   MigrationGuard* migrationGuard() const { return migration_guard_.get(); }
   const ShardLocator* shard() const { return shard_; }
-  /** Asks its link for a checkpoint at the next unit boundary. */
+  /** Asks its link for a checkpoint at the next unit boundary; from any thread. */
   void checkpointSoon();
+  /** The executor its link runs on (its thread: replicator/workers.h), and that thread's
+   *  number (0: the first; for status). */
+  const net::any_io_executor& executor() const { return ex_; }
+  int thread() const { return thread_; }
+  void setThread(int t) { thread_ = t; }
   /** Where its link reads the source from. */
   const std::shared_ptr<source::Locator>& locator() const { return locator_; }
   const config::PipelineConfig& config() const { return pipeline_; }
@@ -105,7 +114,7 @@ class Pipeline {
   const config::ClusterConfig& targetCluster() const { return target_cluster_; }
   /** The state; a pause shows at once, even while the link waits for the source. */
   PipelineState state() const {
-    return paused() && state_ == PipelineState::Streaming ? PipelineState::Paused : state_;
+    return paused() && state_ == PipelineState::Streaming ? PipelineState::Paused : state_.load();
   }
   const PipelineStats& stats() const { return stats_; }
   uint64_t sourceOffset() const { return source_offset_; }
@@ -154,6 +163,8 @@ class Pipeline {
   Status open(source::ExpiryIndex& index);
   /** The checkpoint a session resumes from (nullopt: a full sync). */
   const std::optional<Checkpoint>& resumePoint() const { return resume_; }
+  /** resumePoint() is set; from any thread. */
+  bool hasResumePoint() const { return has_resume_; }
   /** A new session's sink, on the link's executor. */
   std::unique_ptr<target::Sink> makeSink(const clock::Clock& clock);
   /**
@@ -201,6 +212,10 @@ class Pipeline {
 
  private:
   void setSkewPause(bool on, const std::string& why);
+  void setResume(std::optional<Checkpoint> cp) {
+    resume_ = std::move(cp);
+    has_resume_ = resume_.has_value();
+  }
   void setCompensation(int64_t ms);
 
   config::ConfigConstSharedPtr config_;  // keeps pipeline_ and the cluster configs alive
@@ -220,22 +235,26 @@ class Pipeline {
   filters::KeySpaceConstSharedPtr keys_;
   CheckpointStore store_;
   std::optional<Checkpoint> resume_;
+  std::atomic<bool> has_resume_ = false;
   PipelineStats stats_;
   SnapshotProgress progress_;
   net::any_io_executor ex_;
+  int thread_ = 0;
   SourceLink* link_ = nullptr;
   target::Sink* live_sink_ = nullptr;
 
-  PipelineState state_ = PipelineState::Starting;
+  // Read by the migration guard from another thread (state(), checkpointedOffset(),
+  // hasResumePoint()): atomics. Everything else is the link's thread's (replicator/workers.h).
+  std::atomic<PipelineState> state_ = PipelineState::Starting;
   bool stopping_ = false;
   bool image_needed_ = false;  // a journal append failed: its changes are in no file
   uint64_t source_offset_ = 0;
   uint64_t applied_offset_ = 0;
-  uint64_t checkpointed_offset_ = 0;
+  std::atomic<uint64_t> checkpointed_offset_ = 0;
   std::string last_error_;
   std::string next_marker_;  // the marker token the next checkpoint writes
-  bool operator_paused_ = false;
-  bool skew_paused_ = false;
+  std::atomic<bool> operator_paused_ = false;
+  std::atomic<bool> skew_paused_ = false;
   std::string skew_pause_why_;
   clock::PipelineSkew skew_;
   bool skew_measured_before_ = false;  // skew_ of the previous report was measured
@@ -243,6 +262,8 @@ class Pipeline {
   int64_t source_offset_ms_ = 0;  // θ_source of the latest measurement
   std::chrono::steady_clock::time_point last_skew_warning_{};
   Notify pause_wake_;
+  /** This pipeline until its destructor: what checkpointSoon() posts checks it. */
+  std::shared_ptr<Pipeline*> alive_ = std::make_shared<Pipeline*>(this);
   double lag_seconds_ = 0;
   int64_t last_checkpoint_ms_ = 0;
 };

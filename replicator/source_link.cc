@@ -1168,7 +1168,7 @@ net::awaitable<Status> SourceLink::beginSnapshot(const source::Position& at, uin
   snapshot_owned_.reset();
   if (MigrationGuard* guard = pipelines_.front()->migrationGuard(); guard != nullptr) {
     const ShardLocator* shard = pipelines_.front()->shard();
-    const std::function<bool()> stopping = [this] { return stopping_; };
+    const std::function<bool()> stopping = [this] { return stopping_.load(); };
     auto owned = co_await guard->beforeSnapshot(shard, limits_.migration_wait, stopping);
     if (!owned) co_return fail(owned.error());
     snapshot_owned_ = *owned;

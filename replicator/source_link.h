@@ -23,6 +23,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <atomic>
 #include <bitset>
 #include <deque>
 #include <functional>
@@ -193,7 +194,7 @@ class SourceLink final : private source::SnapshotConsumer {
 
   Members members_;  // this session's
   source::Source* live_source_ = nullptr;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_ = false;  // also read by the migration guard (another thread)
   bool checkpoint_due_ = false;
   bool reading_source_ = false;
   bool ack_requested_ = false;

@@ -55,6 +55,7 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
   j["version"] = version();
   j["revision"] = gitRevision();
   j["draining"] = draining;
+  j["threads"] = cfg.agent.threads;
   auto& arr = j["pipelines"] = nlohmann::json::array();
   auto one = [&](const Pipeline* p) {
     nlohmann::json pj;
@@ -74,7 +75,8 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
     const std::vector<std::string> members = p->linkMembers();
     pj["link"] = {{"source", p->sourceCluster().name},
                   {"shared", members.size() > 1},
-                  {"pipelines", members}};
+                  {"pipelines", members},
+                  {"thread", p->thread()}};
     pj["last_checkpoint"] = {{"offset", p->checkpointedOffset()},
                              {"written_at_ms", p->lastCheckpointMs()}};
     const auto& fs = p->snapshotProgress();

@@ -31,10 +31,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -187,6 +189,45 @@ class ClusterAgentTest : public ::testing::Test {
     agent_.reset();
   }
 
+  /** agent.threads of the agent startAgent() starts: XDCR_TEST_AGENT_THREADS (CTest runs this
+   *  suite twice: with 1, the default, and with 3). */
+  static int agentThreads() {
+    const char* v = std::getenv("XDCR_TEST_AGENT_THREADS");
+    return v != nullptr && std::atoi(v) > 1 ? std::atoi(v) : 1;
+  }
+
+  /** With agent.threads > 1: /status shows it, and the links (one per source shard) are spread
+   *  over the threads after the first, each thread running one at least. */
+  void expectLinksSpreadOverThreads(const std::string& what) {
+    const int threads = agentThreads();
+    if (threads <= 1 || !agent_) return;
+    auto reply = replicator::adminGet(admin_, "/status", 2s);
+    ASSERT_TRUE(reply && reply->first == 200) << what << ": /status does not answer";
+    const auto doc = nlohmann::json::parse(reply->second, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << reply->second;
+    EXPECT_EQ(doc.value("threads", 0), threads) << reply->second;
+    const nlohmann::json p = pipelineStatus();
+    std::vector<nlohmann::json> links;
+    if (p.contains("shards")) {
+      for (const auto& sh : p["shards"]) links.push_back(sh["link"]);
+    } else {
+      links.push_back(p["link"]);
+    }
+    std::set<int> used;
+    std::string shown;
+    for (const auto& l : links) {
+      const int t = l.value("thread", -1);
+      EXPECT_GE(t, 1) << what << ": a link on the first thread (or none shown): " << l.dump();
+      EXPECT_LT(t, threads) << l.dump();
+      used.insert(t);
+      shown += (shown.empty() ? "" : ", ") + std::to_string(t);
+    }
+    EXPECT_EQ(used.size(), std::min(links.size(), static_cast<size_t>(threads - 1)))
+        << what << ": links on threads " << shown;
+    report(what + ": " + std::to_string(links.size()) + " link(s) on threads " + shown + " of " +
+           std::to_string(threads));
+  }
+
   /** Writes the config (`clusters` and `pipeline` lines as given) and starts the agent. */
   void startAgent(const std::string& clusters_yaml, const std::string& pipeline_options) {
     admin_ = "127.0.0.1:" + std::to_string(freePort());
@@ -196,6 +237,7 @@ class ClusterAgentTest : public ::testing::Test {
       << "  state_dir: \"" << dir_.file("state") << "\"\n"
       << "  log_level: info\n"
       << "  admin_listen: \"" << admin_ << "\"\n"
+      << (agentThreads() > 1 ? "  threads: " + std::to_string(agentThreads()) + "\n" : "")
       << "clusters:\n"
       << clusters_yaml << "pipelines:\n"
       << "  - {name: p, source: src, target: dst, checkpoint_interval: 1s"
@@ -393,6 +435,7 @@ class ClusterAgentTest : public ::testing::Test {
       EXPECT_GE(expectVerifyClean(what, config_path_, "p"),
                 static_cast<int64_t>(c.source.keys.size()));
     }
+    expectLinksSpreadOverThreads(what);
     return c;
   }
 

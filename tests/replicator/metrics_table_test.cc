@@ -219,10 +219,12 @@ TEST(MetricsStatus, LinkShowsThePipelinesSharingTheReplicationLink) {
   auto link = [&](const nlohmann::json& status, size_t i) {
     return status["pipelines"][i]["link"];
   };
-  // Not on a link (stopped, or between links): no members.
+  // Not on a link (stopped, or between links): no members. "thread": the agent's thread it runs
+  // on (agent.threads; the agent gives each link one).
+  ps[2]->setThread(1);
   auto s = statusJson(ps, false, nullptr, *loaded.config);
   EXPECT_EQ(link(s, 2), nlohmann::json::parse(R"({"source": "src2", "shared": false,
-                                                  "pipelines": []})"));
+                                                  "pipelines": [], "thread": 1})"));
   EXPECT_TRUE(ps[0]->linkMembers().empty());
 
   auto noop = [](Pipeline*) {};
@@ -234,11 +236,11 @@ TEST(MetricsStatus, LinkShowsThePipelinesSharingTheReplicationLink) {
     ps[1]->countDetachment();
     s = statusJson(ps, false, nullptr, *loaded.config);
     const auto both = nlohmann::json::parse(R"({"source": "src", "shared": true,
-                                                "pipelines": ["a", "b"]})");
+                                                "pipelines": ["a", "b"], "thread": 0})");
     EXPECT_EQ(link(s, 0), both) << s.dump(2);
     EXPECT_EQ(link(s, 1), both) << s.dump(2);
     EXPECT_EQ(link(s, 2), nlohmann::json::parse(R"({"source": "src2", "shared": false,
-                                                    "pipelines": ["c"]})"));
+                                                    "pipelines": ["c"], "thread": 1})"));
     EXPECT_EQ(s["pipelines"][0]["link_detachments"], 0);
     EXPECT_EQ(s["pipelines"][1]["link_detachments"], 1);
     EXPECT_EQ(ps[1]->detachments(), 1u);
