@@ -7,7 +7,8 @@
 //                    replication lists it, CLUSTER NODES does not; checked on 7.0.15);
 //   agent_cluster    the agent, ONE pipeline src -> dst, src and dst type redis_cluster (dst a
 //                    fresh cluster of S masters, the same slot ranges), no buckets (no clamp); the
-//                    agent runs one replication link per source shard, all on its one thread.
+//                    agent runs one replication link per source shard, on --agent-threads
+//                    threads (default 1: all on one).
 // Each consumer is shown to stream first: every source master lists exactly one replica, online
 // (the agent's link of that shard, or native replica i), and a warm-up key written into each
 // shard is seen where that shard's writes land.
@@ -24,7 +25,7 @@
 //          own keys (__xdcr_marker__:*, counted with SCAN); the first and last bench key of each
 //          shard has the source's deadline exactly. CPU s of the consumers (utime+stime over the
 //          drain: the agent; the replicas summed) per million events, and the agent's per shard
-//          (its total / S: one thread serves every shard); CPU s of the agent's target masters
+//          (its total / S); CPU s of the agent's target masters
 //          and of the source masters; peak RSS (VmHWM); the agent's per-shard event counters
 //          (xdcr_source_events_total{shard=...}). R runs, the order rotated each run; medians.
 //
@@ -32,7 +33,7 @@
 // SIGSTOPped consumer is SIGCONTed on the way out.
 //
 //   cluster_bench [--ops N] [--runs R] [--shards S] [--value-size B] [--json FILE]
-//                 [--agent PATH] [--timeout S] [--quiet-wait S]
+//                 [--agent PATH] [--agent-threads T] [--timeout S] [--quiet-wait S]
 
 #include <signal.h>
 #include <unistd.h>
@@ -94,6 +95,7 @@ struct Options {
   std::string agent = defaultAgent();
   int timeout_s = 300;
   int quiet_wait_s = 0;
+  int agent_threads = 1;  // agent.threads
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -102,7 +104,8 @@ struct Options {
   }
   std::cerr
       << "usage: cluster_bench [--ops N] [--runs R] [--shards S] [--value-size B]\n"
-         "                     [--json FILE] [--agent PATH] [--timeout S] [--quiet-wait S]\n"
+         "                     [--json FILE] [--agent PATH] [--agent-threads T] [--timeout S]\n"
+         "                     [--quiet-wait S]\n"
          "  --ops N           commands of one drain, over all shards (default 1000000)\n"
          "  --runs R          runs of each consumer (default 3); medians\n"
          "  --shards S        masters of the source and of the target cluster (default 3)\n"
@@ -110,6 +113,7 @@ struct Options {
          "  --json FILE       also write the results as JSON\n"
          "  --agent PATH      the xdcr-agent binary (default: $XDCR_AGENT_BINARY, else this\n"
          "                    build's)\n"
+         "  --agent-threads T the agent's agent.threads (default 1)\n"
          "  --timeout S       bound on each drain (default 300)\n"
          "  --quiet-wait S    before each measurement, wait for other processes to leave the\n"
          "                    machine (< 0.25 cores), at most S seconds in all (default 0)\n";
@@ -139,6 +143,8 @@ Options parseOptions(int argc, char** argv) {
         options.json_path = value();
       } else if (arg == "--agent") {
         options.agent = value();
+      } else if (arg == "--agent-threads") {
+        options.agent_threads = std::atoi(value().c_str());
       } else if (arg == "--timeout") {
         options.timeout_s = std::stoi(value());
       } else if (arg == "--quiet-wait") {
@@ -153,8 +159,11 @@ Options parseOptions(int argc, char** argv) {
     }
   }
   if (options.ops <= 0 || options.runs <= 0 || options.timeout_s <= 0 || options.shards < 1 ||
-      options.shards > 16 || options.value_size == 0 || options.value_size > 1000000) {
-    usage("--ops, --runs, --timeout must be > 0, --shards in 1..16, --value-size in 1..1000000");
+      options.shards > 16 || options.value_size == 0 || options.value_size > 1000000 ||
+      options.agent_threads < 1 || options.agent_threads > 64) {
+    usage(
+        "--ops, --runs, --timeout must be > 0, --shards in 1..16, --value-size in 1..1000000, "
+        "--agent-threads in 1..64");
   }
   return options;
 }
@@ -280,7 +289,7 @@ std::string kindName(Kind kind) {
 
 std::string agentYaml(const std::string& state_dir, const std::string& admin,
                       const std::vector<std::string>& source_seeds,
-                      const std::vector<std::string>& target_seeds) {
+                      const std::vector<std::string>& target_seeds, int threads) {
   auto list = [](const std::vector<std::string>& seeds) {
     std::string out;
     for (const auto& s : seeds) out += (out.empty() ? "\"" : ", \"") + s + "\"";
@@ -291,6 +300,7 @@ std::string agentYaml(const std::string& state_dir, const std::string& admin,
        << "  state_dir: \"" << state_dir << "\"\n"
        << "  admin_listen: \"" << admin << "\"\n"
        << "  log_level: info\n"
+       << "  threads: " << threads << "\n"
        << "clusters:\n"
        << "  src: {type: redis_cluster, addresses: " << list(source_seeds) << "}\n"
        << "  dst: {type: redis_cluster, addresses: " << list(target_seeds) << "}\n"
@@ -329,8 +339,8 @@ class Consumer {
       dir_ = std::make_unique<TempDir>("xdcr-cluster-bench");
       admin_ = "127.0.0.1:" + std::to_string(test::freePort());
       const std::string config = dir_->file("xdcr.yaml");
-      test::writeFileText(config,
-                          agentYaml(dir_->file("state"), admin_, source.seeds(), target_->seeds()));
+      test::writeFileText(config, agentYaml(dir_->file("state"), admin_, source.seeds(),
+                                            target_->seeds(), options.agent_threads));
       agent_ = std::make_unique<AgentProcess>(config, dir_->file("agent.log"),
                                               std::vector<std::string>{}, options.agent);
       waitFor("the agent's /readyz", 60s,
@@ -872,9 +882,10 @@ nlohmann::json runAll(const std::string& value, const Options& options, bool& ok
   return {{"ops", options.ops},
           {"shards", options.shards},
           {"shard_labels", labels},
+          {"agent_threads", options.agent_threads},
           {"cpu_per_shard",
            "the consumers' CPU s / shards (the agent serves every shard's link "
-           "on one thread; the native side is one process per shard)"},
+           "on agent_threads threads; the native side is one process per shard)"},
           {"runs", runs},
           {"median", med}};
 }

@@ -34,6 +34,7 @@
 #   --value-size B     drain/lag/cluster values (default 256)
 #   --timeout S        bound on each drain / full sync
 #   --agent PATH       another xdcr-agent binary (default: build-bench's)
+#   --agent-threads T  the cluster drain's agent.threads (default 1)
 #   --json FILE        combined results (default: $BUILD_DIR/bench.json)
 #   --quiet-wait S     before each measurement wait for other processes to leave the machine,
 #                      at most S seconds in all per benchmark program (default 120; 0 = never)
@@ -64,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --runs|--timeout|--agent) need "$@"; stream_args+=("$1" "$2"); cluster_args+=("$1" "$2")
       full_args+=("$1" "$2"); shift 2 ;;
     --ops|--value-size) need "$@"; stream_args+=("$1" "$2"); cluster_args+=("$1" "$2"); shift 2 ;;
+    --agent-threads) need "$@"; cluster_args+=("$1" "$2"); shift 2 ;;
     --lag-seconds|--lag-rate) need "$@"; stream_args+=("$1" "$2"); shift 2 ;;
     --keys) need "$@"; full_args+=("$1" "$2"); shift 2 ;;
     --json) need "$@"; json="$2"; shift 2 ;;

@@ -257,15 +257,20 @@ class PipelineSet {
     auto link = std::make_unique<SourceLink>(
         ex, cfg, std::move(members), clock_,
         [this, cfg, home](Pipeline* p) {
+          // (the old link's thread may still run it: the pipeline is read while it is parked)
           net::dispatch(home, [this, cfg, p] {
-            if (stopping_ || p->stopping()) {
-              finished(p);
-            } else {
-              startLink(cfg, {p});
-            }
+            workers_.exclusive([&] {
+              if (stopping_ || p->stopping()) {
+                finished(p);
+              } else {
+                startLink(cfg, {p});
+              }
+            });
           });
         },
-        [this, home](Pipeline* p) { net::dispatch(home, [this, p] { finished(p); }); });
+        [this, home](Pipeline* p) {
+          net::dispatch(home, [this, p] { workers_.exclusive([&] { finished(p); }); });
+        });
     SourceLink* raw = link.get();
     links_.push_back(std::move(link));
     net::co_spawn(ex, raw->run(), [this, raw, ex, home](std::exception_ptr e) {
@@ -327,12 +332,12 @@ class PipelineSet {
     });
   }
 
+  /** `done` left its link for good (inside Workers::exclusive: its link may still run). */
   void finished(Pipeline* done) {
     std::string name = done->name();
     if (done->state() == PipelineState::Stopped && !done->stopping()) failed_ = true;
     if (MigrationGuard* g = done->migrationGuard()) g->remove(done);
-    workers_.exclusive(
-        [&] { std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; }); });
+    std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; });
     // The other instances of the pipeline (source shards) finish first.
     if (std::any_of(pipelines_.begin(), pipelines_.end(),
                     [&](const auto& p) { return p->name() == name; })) {
@@ -342,7 +347,7 @@ class PipelineSet {
     if (it != replacements_.end() && !stopping_) {
       auto [cfg, pc] = it->second;
       replacements_.erase(it);
-      workers_.exclusive([&] { start(cfg, {pc}); });
+      start(cfg, {pc});
       return;
     }
     fingerprints_.erase(name);

@@ -236,6 +236,7 @@ TEST(config, DefaultsWhenSectionsAreOmitted) {
   EXPECT_EQ(c.agent.state_dir, (std::filesystem::current_path() / "xdcr-state").string());
   EXPECT_EQ(c.agent.log_level, LogLevel::Info);
   EXPECT_EQ(c.agent.log_format, LogFormat::Text);
+  EXPECT_EQ(c.agent.threads, 1);
   EXPECT_TRUE(c.clock.ntp_servers.empty());
   EXPECT_FALSE(c.clock.nts);
   EXPECT_EQ(c.clock.check_interval, milliseconds(30'000));
@@ -252,6 +253,7 @@ TEST(config, ValuesOtherThanDefaults) {
   state_dir: /var/lib/xdcr
   log_level: debug
   log_format: json
+  threads: 4
 clock:
   ntp_servers: [ntp1.example, "[::1]:11123"]
   nts: true
@@ -291,6 +293,7 @@ pipelines:
   EXPECT_EQ(c.agent.state_dir, "/var/lib/xdcr");
   EXPECT_EQ(c.agent.log_level, LogLevel::Debug);
   EXPECT_EQ(c.agent.log_format, LogFormat::Json);
+  EXPECT_EQ(c.agent.threads, 4);
   EXPECT_THAT(c.clock.ntp_servers, ElementsAre("ntp1.example", "[::1]:11123"));
   EXPECT_TRUE(c.clock.nts);
   EXPECT_EQ(c.clock.nts_ca_file, "/etc/ssl/nts.pem");
@@ -315,7 +318,7 @@ pipelines:
   EXPECT_EQ(p.dbs, (std::map<int, int>{{0, 5}, {3, 4}}));
   ASSERT_EQ(p.filters.include_keys.size(), 2u);
   EXPECT_EQ(p.filters.include_keys[1].value, "^sess:");
-  EXPECT_EQ(p.filters.include_keys[1].mark.line, 27);
+  EXPECT_EQ(p.filters.include_keys[1].mark.line, 28);
   EXPECT_EQ(p.filters.include_keys[1].mark.column, 32);
   ASSERT_EQ(p.filters.exclude_keys.size(), 1u);
   EXPECT_TRUE(p.filters.drop_expirations);
@@ -589,6 +592,14 @@ pipelines:
   log_format: xml
 )",
                     "t.yaml:11:15: error: invalid log_format \"xml\": use one of text, json"},
+        InvalidCase{"ZeroThreads", std::string(kMinimal) + R"(agent:
+  threads: 0
+)",
+                    "t.yaml:11:12: error: threads 0 is out of range: use an integer from 1 to 64"},
+        InvalidCase{"ThreadsNotANumber", std::string(kMinimal) + R"(agent:
+  threads: auto
+)",
+                    "t.yaml:11:12: error: invalid threads \"auto\": use an integer from 1 to 64"},
         InvalidCase{"MissingRequiredAddress", R"(clusters:
   a:
     username: replicator
@@ -1668,6 +1679,7 @@ pipelines:
   EXPECT_THAT(json, HasSubstr("\"password\": \"{env: XDCR_TEST_ENV_PASSWORD}\""));
   EXPECT_THAT(json, HasSubstr("\"checkpoint_interval\": \"1s\""));
   EXPECT_THAT(json, HasSubstr("\"max_skew\": \"500ms\""));
+  EXPECT_THAT(json, HasSubstr("\"threads\": 1"));
 }
 
 TEST(config, RedactedJsonOfClusterKinds) {

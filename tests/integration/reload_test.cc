@@ -1,5 +1,6 @@
 // SIGHUP: a broken file keeps the running configuration; a change to one pipeline restarts only
-// that pipeline (resuming from its checkpoint) while the others go on streaming.
+// that pipeline (resuming from its checkpoint) while the others go on streaming. Each with
+// agent.threads 1 and 3 (the reload runs on the first thread, the link on another).
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,13 +15,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class ReloadTest : public ::testing::Test {
+class ReloadTest : public ::testing::TestWithParam<int> {
  protected:
   std::string yaml(const std::string& p1_exclude) {
     auto addr = [](const RedisServer& s) {
       return "\"127.0.0.1:" + std::to_string(s.port()) + "\"";
     };
-    return "agent: {state_dir: " + dir_.file("state") + ", admin_listen: \"" + admin_ + "\"}\n" +
+    return "agent: {state_dir: " + dir_.file("state") + ", admin_listen: \"" + admin_ +
+           "\", threads: " + std::to_string(GetParam()) + "}\n" +
            "clusters:\n"
            "  src: {type: redis, address: " +
            addr(source_) +
@@ -73,7 +75,7 @@ class ReloadTest : public ::testing::Test {
   std::unique_ptr<AgentProcess> agent_;
 };
 
-TEST_F(ReloadTest, ABrokenFileKeepsTheRunningConfiguration) {
+TEST_P(ReloadTest, ABrokenFileKeepsTheRunningConfiguration) {
   writeFileText(config_, "pipelines: [ {name: p1, source: nowhere\n");  // not even YAML
   hup();
   ASSERT_TRUE(waitUntil(
@@ -89,7 +91,7 @@ TEST_F(ReloadTest, ABrokenFileKeepsTheRunningConfiguration) {
   EXPECT_TRUE(ready());
 }
 
-TEST_F(ReloadTest, ChangingOnePipelinesFiltersRestartsOnlyThatOne) {
+TEST_P(ReloadTest, ChangingOnePipelinesFiltersRestartsOnlyThatOne) {
   source_.client().command({"SET", "before", "v"});
   ASSERT_TRUE(arrives(target1_, "before"));
   ASSERT_TRUE(arrives(target2_, "before"));
@@ -126,7 +128,16 @@ TEST_F(ReloadTest, ChangingOnePipelinesFiltersRestartsOnlyThatOne) {
   auto p2_after = pipelineStatus("p2");
   EXPECT_EQ(p2_after["state"], "streaming");
   EXPECT_EQ(p2_after["last_error"], p2_before["last_error"]);
+  // With threads: 1 every link is on the first thread. With 3: the shared link started on thread
+  // 1 and keeps p2; p1's replacement is a new pipeline, on a new link, on the next thread (2).
+  EXPECT_EQ(p2_after["link"]["thread"], GetParam() > 1 ? 1 : 0) << p2_after.dump();
+  EXPECT_EQ(pipelineStatus("p1")["link"]["thread"], GetParam() > 1 ? 2 : 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, ReloadTest, ::testing::Values(1, 3),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::to_string(i.param) + "threads";
+                         });
 
 }  // namespace
 }  // namespace xdcr::test

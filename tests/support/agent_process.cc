@@ -66,7 +66,8 @@ std::string AgentProcess::sanitizerReport() const {
     return {};
   }
   size_t at = std::string::npos;
-  for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"}) {
+  for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                             "runtime error:", "WARNING: ThreadSanitizer"}) {
     at = std::min(at, log.find(marker));
   }
   if (at == std::string::npos) {
