@@ -3,7 +3,8 @@
 # unit tests and the cluster suite with -fsanitize=thread in build-tsan, then runs the Workers unit
 # tests and the cluster suite with agent.threads: 3. A ThreadSanitizer report in an agent's log
 # fails its test (tests/support/agent_process.cc). Not part of scripts/test.sh (CI's time budget:
-# about 12 minutes on 2 cores); run it after a change to what crosses threads.
+# the build takes about half an hour on 2 cores from a cold ccache, the run about 5 minutes); run
+# it after a change to what crosses threads.
 #   TSAN_FILTER=gtest filter for the cluster suite (default: all of it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
