@@ -68,4 +68,35 @@ struct Limits {
   Duration progress_report = std::chrono::seconds(5);
 };
 
+/** The fixed bounds of the Redis Cluster source and target (issue 15), in one place. */
+namespace cluster_limits {
+using namespace std::chrono_literals;
+
+// ---- a source cluster's discovery (replicator/cluster_source.cc)
+inline constexpr auto kDiscoveryPeriod = 1s;
+/** Per node tried by a discovery: a frozen node (its kernel still accepts connections) must not
+ *  hold a failover's discovery for long. */
+inline constexpr auto kDiscoveryTimeout = 1500ms;
+/** Discoveries in a row without a shard before its links are stopped. */
+inline constexpr int kGoneAfter = 5;
+
+// ---- the migration guard (replicator/migration_guard.cc)
+/** EXISTS and INFO replication on a source master. */
+inline constexpr auto kGuardCallTimeout = 2s;
+/** How often a waiting RESTORE-ASKING or snapshot looks at the other shards' checkpoints. */
+inline constexpr auto kGuardPoll = 2ms;
+
+// ---- a target cluster (target/cluster_target.cc, target/cluster_sink.cc)
+/** Per node asked for the slot map: a frozen node must not hold a failover's rediscovery for
+ *  long; the next node is asked. */
+inline constexpr auto kMapTimeout = 2s;
+/** Reroutes in a row with no unit acknowledged in between before the session gives up. */
+inline constexpr int kMaxRerouteRounds = 100;
+/** Slots of its master a redirected marker is tried in before it is sent where redirected. */
+inline constexpr int kMaxMarkerRebinds = 16;
+/** A checkpoint marker is followed by WAIT 1 <this> (best effort: a replica of its master has
+ *  it before a failover can lose it). */
+inline constexpr auto kMarkerReplicaWait = 500ms;
+}  // namespace cluster_limits
+
 }  // namespace xdcr

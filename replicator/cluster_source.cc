@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/limits.h"
 #include "replicator/checkpoint.h"
 #include "replicator/migration_guard.h"
 
@@ -19,12 +20,9 @@ namespace xdcr::replicator {
 namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(5);
-/** Per node tried by a discovery: a frozen node (its kernel still accepts connections) must not
- *  hold a failover's discovery for long. */
-constexpr auto kDiscoveryTimeout = std::chrono::milliseconds(1500);
-constexpr auto kDiscoveryPeriod = std::chrono::seconds(1);
-/** Discoveries in a row without a shard before its links are stopped. */
-constexpr int kGoneAfter = 5;
+using cluster_limits::kDiscoveryPeriod;
+using cluster_limits::kDiscoveryTimeout;
+using cluster_limits::kGoneAfter;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/limits.h"
 #include "replicator/cluster_source.h"
 #include "replicator/pipeline.h"
 
@@ -18,8 +19,8 @@ namespace xdcr::replicator {
 
 namespace {
 
-constexpr auto kCallTimeout = std::chrono::seconds(2);
-constexpr auto kPoll = std::chrono::milliseconds(2);
+constexpr auto kCallTimeout = cluster_limits::kGuardCallTimeout;
+constexpr auto kPoll = cluster_limits::kGuardPoll;
 
 net::awaitable<void> sleepFor(std::chrono::steady_clock::duration d) {
   net::steady_timer t(co_await net::this_coro::executor);
@@ -198,6 +199,14 @@ net::awaitable<Status> MigrationGuard::awaitCheckpoints(const std::vector<Horizo
   co_return Status{};
 }
 
+net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::leasedHorizons(
+    const ShardLocator* shard, const std::vector<std::string>& keys,
+    std::chrono::steady_clock::time_point until, bool for_snapshot) {
+  co_await acquire();
+  Lease lease{*this};
+  co_return co_await horizons(shard, keys, until, for_snapshot);
+}
+
 net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
                                                  const std::vector<std::string>& keys,
                                                  std::chrono::steady_clock::duration limit,
@@ -223,17 +232,9 @@ net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
   } done{*this, keys, waiting};
   const auto until = clock_.monotonicNow() + limit;
 
-  std::vector<Horizon> hs;
-  {
-    co_await acquire();
-    struct Lease {  // the connections, released however this scope ends
-      MigrationGuard& g;
-      ~Lease() { g.release(); }
-    } lease{*this};
-    auto r = co_await horizons(shard, keys, until, for_snapshot);
-    if (!r) co_return fail(r.error());
-    hs = std::move(*r);
-  }
+  auto leased = co_await leasedHorizons(shard, keys, until, for_snapshot);
+  if (!leased) co_return fail(leased.error());
+  const std::vector<Horizon> hs = std::move(*leased);
   const std::string what = fmt::format("a slot migration: the {} of \"{}\"",
                                        for_snapshot ? "snapshot key" : "RESTORE", keys.front());
   const std::function<bool()> never;
@@ -296,18 +297,10 @@ net::awaitable<Result<MigrationGuard::SlotSet>> MigrationGuard::snapshotHere(
       }
     }
   }
-  std::vector<Horizon> hs;
-  {
-    co_await acquire();
-    struct Lease {  // the connections, released however this scope ends
-      MigrationGuard& g;
-      ~Lease() { g.release(); }
-    } lease{*this};
-    const std::vector<std::string> no_keys;
-    auto r = co_await horizons(shard, no_keys, until, true);
-    if (!r) co_return fail(r.error());
-    hs = std::move(*r);
-  }
+  const std::vector<std::string> no_keys;
+  auto leased = co_await leasedHorizons(shard, no_keys, until, true);
+  if (!leased) co_return fail(leased.error());
+  const std::vector<Horizon> hs = std::move(*leased);
   const std::string what = "the full sync of shard " + shard->view().label();
   if (auto s = co_await awaitCheckpoints(hs, until, true, what, stopping); !s) {
     co_return fail(s.error());
@@ -343,10 +336,7 @@ net::awaitable<Status> MigrationGuard::snapshotKeyHere(const ShardLocator* shard
   bool held = false;
   {
     co_await acquire();
-    struct Lease {  // the connections, released however this scope ends
-      MigrationGuard& g;
-      ~Lease() { g.release(); }
-    } lease{*this};
+    Lease lease{*this};
     auto r = co_await call(host, port, cmds);
     if (!r) co_return fail(r.error());
     held = (*r)[0].type == resp::ReplyType::Integer && (*r)[0].integer > 0;

@@ -156,9 +156,17 @@ class MigrationGuard {
   net::awaitable<Status> guardKeys(const ShardLocator* shard, const std::vector<std::string>& keys,
                                    std::chrono::steady_clock::duration limit, bool for_snapshot,
                                    std::optional<uint64_t> position);
-  /** The connections are shared: one caller at a time uses them. */
+  /** horizons() while holding the connections. */
+  net::awaitable<Result<std::vector<Horizon>>> leasedHorizons(
+      const ShardLocator* shard, const std::vector<std::string>& keys,
+      std::chrono::steady_clock::time_point until, bool for_snapshot);
+  /** The connections are shared: one caller at a time uses them (acquire, then a Lease). */
   net::awaitable<void> acquire();
   void release();
+  struct Lease {  // releases the connections however its scope ends
+    MigrationGuard& g;
+    ~Lease() { g.release(); }
+  };
   RedisConnection& connection(const std::string& host, uint16_t port);
   /** One round of `cmds` on node host:port (connected on first use). */
   net::awaitable<Result<std::vector<resp::Value>>> call(

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/cluster_slot.h"
+#include "common/limits.h"
 #include "common/redis_conn.h"
 #include "source/command_table.h"
 #include "target/marker.h"
@@ -445,10 +446,12 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
     // Best effort: the checkpoint counts once a replica of each master has it too (WAIT 1), so
     // a failover to that replica keeps everything the checkpoint covers and the next session
     // replays from it rather than resyncing. A master without a reachable replica answers 0
-    // after the timeout (500 ms), and the checkpoint counts anyway (the marker check then decides).
+    // after the timeout (kMarkerReplicaWait), and the checkpoint counts anyway (the marker check
+    // then decides).
     if (map.masters()[m].replicas > 0) {
       reencoded_.clear();
-      resp::appendCommand(reencoded_, {"WAIT", "1", "500"});
+      const std::string wait_ms = std::to_string(cluster_limits::kMarkerReplicaWait.count());
+      resp::appendCommand(reencoded_, {"WAIT", "1", wait_ms});
       target_.appendToSlot(map.lowestSlot(m), reencoded_, 1);
     }
     if (it != last_markers_.end()) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/limits.h"
 #include "target/redis_target.h"
 
 namespace xdcr::target {
@@ -19,13 +20,9 @@ using namespace net::experimental::awaitable_operators;
 namespace {
 
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
-/** Per node asked for the slot map: a frozen node (its kernel still accepts connections) must
- *  not hold a failover's rediscovery for long; the next node is asked. */
-constexpr auto kMapTimeout = std::chrono::seconds(2);
-/** Reroutes in a row with no unit acknowledged in between before the session gives up. */
-constexpr int kMaxRerouteRounds = 100;
-/** Slots of its master a redirected marker is tried in before it is sent where redirected. */
-constexpr int kMaxMarkerRebinds = 16;
+using cluster_limits::kMapTimeout;
+using cluster_limits::kMaxMarkerRebinds;
+using cluster_limits::kMaxRerouteRounds;
 
 std::string_view firstWord(std::string_view s) {
   return s.substr(0, s.find(' '));
