@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -85,11 +86,17 @@ Cmd valueCommand(const std::string& type, const std::string& key) {
   return {"DUMP", key};  // module types: byte-equal serialisations
 }
 
-/** Sets and hashes come back in an order that depends on encoding and history: sort them. */
+/** Sets and hashes come back in an order that depends on encoding and history: sort them. A
+ *  zset's scores are compared as the numbers they are: Redis 7.0 prints 0.33333333333333331
+ *  where Redis 7.2+ and Valkey print 0.3333333333333333 (server-versions-notes.md §3.8). */
 void normalise(const std::string& type, resp::Value& v) {
   if (v.type != resp::ReplyType::Array) return;
   auto& e = v.elements;
-  if (type == "set") {
+  if (type == "zset") {
+    for (size_t i = 1; i < e.size(); i += 2) {
+      e[i].str = fmt::format("{}", std::strtod(e[i].str.c_str(), nullptr));
+    }
+  } else if (type == "set") {
     std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) { return a.str < b.str; });
   } else if (type == "hash" && e.size() % 2 == 0) {
     std::vector<std::pair<resp::Value, resp::Value>> pairs;

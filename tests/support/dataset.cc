@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -360,6 +362,22 @@ std::string renderHash(const RespValue& reply) {
   return out + "}";
 }
 
+/** ZRANGE ... WITHSCORES, each score as the double it denotes (%.17g of it): Redis 7.0 prints
+ *  0.33333333333333331 where Redis 7.2+ and Valkey print 0.3333333333333333, the same number. */
+std::string renderZset(const RespValue& reply) {
+  if (!reply.isArray()) {
+    return render(reply);
+  }
+  const auto& items = reply.array();
+  std::string out = "[";
+  for (size_t i = 0; i + 1 < items.size(); i += 2) {
+    char score[40];
+    std::snprintf(score, sizeof score, "%.17g", std::strtod(items[i + 1].str().c_str(), nullptr));
+    out += (i == 0 ? "" : ", ") + render(items[i]) + " " + score;
+  }
+  return out + "]";
+}
+
 std::string renderSet(const RespValue& reply) {
   if (!reply.isArray()) {
     return render(reply);
@@ -660,7 +678,10 @@ std::string renderContents(std::string_view type, const std::vector<RespValue>& 
     *r += 3;
     return out;
   }
-  if (type == "string" || type == "list" || type == "zset") {
+  if (type == "zset") {
+    return renderZset(replies[(*r)++]);
+  }
+  if (type == "string" || type == "list") {
     return render(replies[(*r)++]);
   }
   return "";  // "none" or a type the data sets do not write: nothing was read

@@ -116,6 +116,22 @@ RedisServer::RedisServer(const SentinelMode& mode, std::vector<std::string> extr
   startOnFreePort();
 }
 
+RedisServer::RedisServer(const Binary& binary, std::vector<std::string> extra_args,
+                         std::chrono::milliseconds start_timeout)
+    : dir_("xdcr-redis"),
+      binary_(binary.path),
+      extra_args_(std::move(extra_args)),
+      start_timeout_(start_timeout) {
+  startOnFreePort();
+}
+
+std::unique_ptr<RedisServer> RedisServer::startBinary(const std::string& binary,
+                                                      std::vector<std::string> extra_args,
+                                                      std::chrono::milliseconds start_timeout) {
+  return std::unique_ptr<RedisServer>(
+      new RedisServer(Binary{binary}, std::move(extra_args), start_timeout));
+}
+
 std::unique_ptr<RedisServer> RedisServer::startSentinel(
     const std::vector<std::string>& config_lines, std::vector<std::string> extra_args,
     std::chrono::milliseconds start_timeout) {
@@ -146,7 +162,7 @@ void RedisServer::startOnFreePort() {
     }
     reasons += "\n  attempt " + std::to_string(attempt) + ": " + why;
   }
-  throw std::runtime_error("redis-server did not start after " + std::to_string(kStartAttempts) +
+  throw std::runtime_error(binary_ + " did not start after " + std::to_string(kStartAttempts) +
                            " attempts:" + reasons + "\nlog tail:\n" + logTail());
 }
 
@@ -161,7 +177,7 @@ std::string RedisServer::address() const {
 bool RedisServer::startOn(uint16_t port, std::string* why) {
   port_ = port;
   // clang-format off
-  std::vector<std::string> argv = {"redis-server"};
+  std::vector<std::string> argv = {binary_};
   if (sentinel_) {
     // The file must come first; Sentinel mode needs a writable one (it rewrites it).
     argv.insert(argv.end(), {sentinelConfigFile(), "--sentinel"});
@@ -227,10 +243,10 @@ bool RedisServer::startOn(uint16_t port, std::string* why) {
     return true;
   }
   if (exited) {
-    *why = "redis-server on port " + std::to_string(port) + " " +
-           process_.exitStatus()->describe() + " during start-up";
+    *why = binary_ + " on port " + std::to_string(port) + " " + process_.exitStatus()->describe() +
+           " during start-up";
   } else {
-    *why = "redis-server on port " + std::to_string(port) + " not ready within " +
+    *why = binary_ + " on port " + std::to_string(port) + " not ready within " +
            std::to_string(start_timeout_.count()) + " ms: " + last_error;
   }
   process_.kill();

@@ -1,5 +1,6 @@
 #pragma once
-// A real redis-server (Debian's, from PATH) on 127.0.0.1 with its own temporary directory.
+// A real redis-server (Debian's, from PATH, or another server binary: the server matrix's
+// wrappers, tests/support/server_matrix.h) on 127.0.0.1 with its own temporary directory.
 
 #include <sys/types.h>
 
@@ -81,6 +82,11 @@ class RedisServer {
    * Sentinels, so restart() keeps what it learned. client() talks to the Sentinel; readiness is
    * checked as for a server (PING and INFO's process_id).
    */
+  /** As the first constructor, with another server binary (e.g. a server matrix wrapper that
+   *  execs valkey-server in a chroot): `binary` replaces "redis-server". */
+  static std::unique_ptr<RedisServer> startBinary(
+      const std::string& binary, std::vector<std::string> extra_args = {},
+      std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
   static std::unique_ptr<RedisServer> startSentinel(
       const std::vector<std::string>& config_lines, std::vector<std::string> extra_args = {},
       std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
@@ -122,6 +128,11 @@ class RedisServer {
   struct SentinelMode {
     std::vector<std::string> config_lines;
   };
+  struct Binary {
+    std::string path;
+  };
+  RedisServer(const Binary& binary, std::vector<std::string> extra_args,
+              std::chrono::milliseconds start_timeout);
   RedisServer(const SentinelMode& mode, std::vector<std::string> extra_args,
               std::chrono::milliseconds start_timeout);
   /** One start attempt on `port`; on failure stops the process and explains why in `why`. */
@@ -130,6 +141,7 @@ class RedisServer {
   void startOnFreePort();
 
   TempDir dir_;
+  std::string binary_ = "redis-server";
   std::vector<std::string> extra_args_;
   std::chrono::milliseconds start_timeout_;
   std::vector<std::pair<std::string, std::string>> env_;

@@ -1,0 +1,30 @@
+#pragma once
+// The server matrix (issue 16): the Redis and Valkey versions scripts/servers.sh provides, each
+// behind a wrapper in $XDCR_SERVERS_DIR/bin (default ~/.cache/xdcr-servers/bin) that execs the
+// server (in a chroot for the newer ones). Tests start them with RedisServer::startBinary().
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xdcr::test {
+
+struct MatrixServer {
+  std::string name;     // "redis-7.0", "valkey-9", ... (scripts/servers.sh)
+  std::string binary;   // the wrapper
+  std::string version;  // what `<binary> --version` says, e.g. "9.1.2"
+  bool valkey = false;
+};
+
+/** Every server name scripts/servers.sh provisions, oldest first. */
+const std::vector<std::string>& matrixServerNames();
+
+/** The server `name` when provisioned and runnable (its --version answers); nullopt otherwise,
+ *  with the reason in `why`. */
+std::optional<MatrixServer> findMatrixServer(const std::string& name, std::string* why = nullptr);
+
+/** XDCR_MATRIX_REQUIRED=1 (scripts/test.sh sets it after provisioning): a missing server fails
+ *  the test instead of skipping it. */
+bool matrixRequired();
+
+}  // namespace xdcr::test
