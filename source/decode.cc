@@ -84,6 +84,15 @@ bool decodeEntry(const Entry& e, int db, int64_t source_now_ms, Change& c, std::
           rule = DeadlineRule::Keep;
           continue;
         }
+        // Compare-and-set (Valkey 8.1+, Redis 8.4): the value after it is data, not an option.
+        // The applier writes the SET unconditionally: the source propagates only a SET that
+        // took effect.
+        if (iequals(opt, "IFEQ") || iequals(opt, "IFNE") || iequals(opt, "IFDEQ") ||
+            iequals(opt, "IFDNE")) {
+          if (i + 1 >= argc) return bad("SET comparison without its value");
+          ++i;
+          continue;
+        }
         bool abs_ms = iequals(opt, "PXAT"), abs_s = iequals(opt, "EXAT");
         bool rel_ms = iequals(opt, "PX"), rel_s = iequals(opt, "EX");
         if (abs_ms || abs_s || rel_ms || rel_s) {

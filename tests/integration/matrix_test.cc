@@ -171,6 +171,44 @@ TEST_P(MatrixTest, SnapshotAndStreamOfEveryTypeArriveEqual) {
   EXPECT_EQ(v.report.value("ttl_mismatches", -1), 0) << v.output;
 }
 
+// Valkey 8.1+'s compare-and-set: `SET k new IFEQ <old>` is propagated verbatim, and <old> is data.
+// Here the old values are words that are also SET options (server-versions-notes.md §3.6): read
+// as KEEPTTL, the target kept a deadline the source had dropped.
+class CompareAndSetTest : public MatrixTest {};
+
+TEST_P(CompareAndSetTest, ComparisonValuesAreNotReadAsOptions) {
+  startAgent();
+  if (HasFatalFailure()) return;
+  RespClient src = source_->client();
+  for (const std::string& old : {std::string("KEEPTTL"), std::string("PX"), std::string("EXAT")}) {
+    const std::string key = "cas:" + old;
+    ASSERT_EQ(src.command({"SET", key, old, "EX", "1000"}).str(), "OK");
+    // Takes effect (the value is `old`), drops the deadline: the source propagates it as is.
+    ASSERT_EQ(src.command({"SET", key, "new", "IFEQ", old}).str(), "OK");
+  }
+  ASSERT_EQ(src.command({"SET", "cas:keep", "v1", "EX", "1000"}).str(), "OK");
+  ASSERT_EQ(src.command({"SET", "cas:keep", "v2", "IFEQ", "v1", "KEEPTTL"}).str(), "OK");
+  RespClient dst = target_->client();
+  const KeySpaceSnapshot want = snapshotKeySpace(src);
+  KeyCheckReport diff;
+  const bool equal = waitUntil(
+      [&] {
+        diff = compareKeySpaces(want, snapshotKeySpace(dst));
+        return diff.ok();
+      },
+      20s, 200ms);
+  report(what() + ": SET ... IFEQ: " + diff.summary());
+  EXPECT_TRUE(equal) << diff.summary() << "\n" << agent_->logTail(20);
+  EXPECT_EQ(want.keys.size(), 4u);
+  EXPECT_EQ(dst.command({"PEXPIRETIME", "cas:KEEPTTL"}).integer(), -1);
+  EXPECT_GT(dst.command({"PEXPIRETIME", "cas:keep"}).integer(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, CompareAndSetTest,
+                         ::testing::Values(Pair{"valkey-8.1", "valkey-8.1"},
+                                           Pair{"valkey-9", "valkey-9"}),
+                         pairName);
+
 // Each version to itself, and the older-to-newer pairs people upgrade through.
 INSTANTIATE_TEST_SUITE_P(
     Servers, MatrixTest,

@@ -45,6 +45,29 @@ TEST(Decode, SetForms) {
   EXPECT_EQ(decode(Cmd({"SET", "k", "v", "PX", "5"})).events[0].deadline_ms, kNow + 5);
 }
 
+// Valkey 8.1+ (and Redis 8.4) compare-and-set: IFEQ/IFNE/IFDEQ/IFDNE take a value, which is data,
+// never an option (server-versions-notes.md §3.6: `SET k new IFEQ KEEPTTL` was read as KEEPTTL,
+// and the target kept a deadline the source had dropped).
+TEST(Decode, SetComparisonValuesAreNotOptions) {
+  auto plain = decode(Cmd({"SET", "k", "new", "IFEQ", "KEEPTTL"}));
+  ASSERT_EQ(plain.effect, Effect::Set);
+  ASSERT_EQ(plain.events.size(), 1u);
+  EXPECT_EQ(plain.events[0].rule, DeadlineRule::None);
+  auto px = decode(Cmd({"SET", "k", "new", "IFEQ", "PX"}));
+  ASSERT_EQ(px.effect, Effect::Set) << "IFEQ's value PX was read as an expiry option";
+  EXPECT_EQ(px.events[0].rule, DeadlineRule::None);
+  auto timed = decode(Cmd({"SET", "k", "new", "ifne", "EX", "PXAT", "1000000030000"}));
+  ASSERT_EQ(timed.effect, Effect::Set);
+  EXPECT_EQ(timed.events[0].rule, DeadlineRule::Explicit);
+  EXPECT_EQ(timed.events[0].deadline_ms, 1'000'000'030'000);
+  for (const char* cmp : {"IFDEQ", "IFDNE"}) {
+    auto d = decode(Cmd({"SET", "k", "new", cmp, "KEEPTTL"}));
+    EXPECT_EQ(d.events[0].rule, DeadlineRule::None) << cmp;
+  }
+  // A comparison without its value is malformed: forwarded as unknown.
+  EXPECT_EQ(decode(Cmd({"SET", "k", "new", "IFEQ"})).effect, Effect::Unknown);
+}
+
 TEST(Decode, MultiKeyCommandsGiveOneEventPerKey) {
   // Event keys are views into the command's arguments: the Cmd must outlive the Change.
   const Cmd mset({"MSET", "a", "1", "b", "2", "c", "3"});
