@@ -1268,6 +1268,15 @@ net::awaitable<Status> SourceLink::endSnapshot() {
     PipelineStats& st = m.p->mutableStats();
     st.snapshot_keys_restored += c.restored;
     st.snapshot_keys_expired += c.expired;
+    if (c.failed > 0) {
+      // Said in the last line too: the keys are NOT on the target (each was logged above).
+      spdlog::warn(
+          "pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} bytes "
+          "in {:.1f} s; {} key(s) NOT copied (see the errors above; "
+          "xdcr_snapshot_keys_total{{result=\"failed\"}})",
+          m.p->name(), c.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs, c.failed);
+      continue;
+    }
     spdlog::info(
         "pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} "
         "bytes in {:.1f} s",

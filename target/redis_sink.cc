@@ -208,9 +208,31 @@ void RedisSink::applySnapshotKey(const source::Change& c) {
   target_.commit(applier_.finishUnit(target_.pending()), target_.ackedOffset());
   if (applier_.lastSnapshotWrite() == Applier::SnapshotWrite::Expired) {
     ++counts_.expired;
-  } else {
-    ++counts_.restored;
+    return;
   }
+  // Restored once the target said so: its RESTORE (the unit's last command) can be refused, e.g.
+  // by an older server that cannot read the source's payload version (server-versions-notes.md
+  // §3.3). Then it counts as failed, never as restored (the full sync's last line and /status
+  // show it), and is logged with the key.
+  ++counts_.restored;
+  target_.onReply(
+      target_.committedCommands(),
+      [this, key = std::string(ev.key), db = ev.db](const resp::ReplyInfo& reply) -> Status {
+        if (!reply.has_error) return Status{};
+        --counts_.restored;
+        ++counts_.failed;
+        ++stats_.snapshot_keys_failed;
+        ++stats_.target_write_failures["rejected"];
+        uint64_t suppressed = 0;
+        if (fail_log_.allow(suppressed)) {
+          spdlog::error(
+              "{}: the target refused snapshot key \"{}\" (db {}): {}: NOT copied "
+              "(counted in xdcr_target_write_failures_total{{reason=\"rejected\"}}){}",
+              label_, key, db, reply.text,
+              suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+        }
+        return Status{};
+      });
 }
 
 net::awaitable<Result<uint64_t>> RedisSink::deleteStaleKeys(uint64_t offset) {
