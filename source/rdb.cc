@@ -286,6 +286,19 @@ class Cursor {
       case 19:
       case 21:
         return stream(type);
+      case 24: {  // HASH_METADATA (Redis 7.4+, RDB 12): a hashtable hash with field TTLs
+        // minExpire (8 bytes), the field count, then per field: its TTL as a length (0: none,
+        // else expireAt - minExpire + 1), the field, the value (redis/redis src/rdb.c).
+        if (!skip(8) || !count(n)) return false;
+        for (uint64_t i = 0; i < n; ++i) {
+          uint64_t ttl = 0;
+          if (!length(ttl) || !string() || !string()) return false;
+        }
+        return true;
+      }
+      case 25:  // HASH_LISTPACK_EX (Redis 7.4+): minExpire (8 bytes), then a listpack of
+                // field, value, TTL triplets
+        return skip(8) && string();
       case 6:
         return fail("module value of the old MODULE format (type 6) cannot be walked");
       default:
