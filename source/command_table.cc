@@ -40,6 +40,14 @@ constexpr CommandSpec kCommands[] = {
     {"hdel", E::InPlace, 1, 1, 1},
     {"hincrby", E::InPlace, 1, 1, 1},
     {"hincrbyfloat", E::InPlace, 1, 1, 1},
+    // hash-field expiration (Redis 7.4+/8, Valkey 9): the forms a source propagates, field
+    // deadlines already absolute (server-versions-notes.md §4). Key filters, rewrite, the db map
+    // and the clamp of the key's own deadline apply; the field deadlines are forwarded as they
+    // are (not yet stripped or compensated: issue 16).
+    {"hsetex", E::InPlace, 1, 1, 1},
+    {"hpexpireat", E::InPlace, 1, 1, 1},
+    {"hpersist", E::InPlace, 1, 1, 1},
+    {"hgetdel", E::InPlace, 1, 1, 1},  // Valkey 9 propagates it as is
     // lists
     {"lpush", E::InPlace, 1, 1, 1},
     {"rpush", E::InPlace, 1, 1, 1},

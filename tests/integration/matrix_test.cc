@@ -68,21 +68,19 @@ class MatrixTest : public ::testing::TestWithParam<Pair> {
     agent_.reset();
   }
 
-  void startAgent() {
+  /** `pipeline_extra` and `target_extra`: more keys of the pipeline's and the target's flow
+   *  maps, e.g. "filters: {...}". */
+  void startAgent(const std::string& pipeline_extra = "", const std::string& target_extra = "") {
     admin_ = "127.0.0.1:" + std::to_string(freePort());
     config_ = dir_.file("xdcr.yaml");
-    writeFileText(config_,
-                  "agent: {state_dir: \"" + dir_.file("state") + "\", admin_listen: \"" + admin_ +
-                      "\"}\n"
-                      "clusters:\n"
-                      "  src: {type: redis, address: \"" +
-                      source_->address() +
-                      "\"}\n"
-                      "  dst: {type: redis, address: \"" +
-                      target_->address() +
-                      "\"}\n"
-                      "pipelines:\n"
-                      "  - {name: p, source: src, target: dst, checkpoint_interval: 1s}\n");
+    std::string y = "agent: {state_dir: \"" + dir_.file("state") + "\", admin_listen: \"" + admin_ +
+                    "\"}\nclusters:\n";
+    y += "  src: {type: redis, address: \"" + source_->address() + "\"}\n";
+    y += "  dst: {type: redis, address: \"" + target_->address() + "\"";
+    y += (target_extra.empty() ? "" : ", " + target_extra) + "}\n";
+    y += "pipelines:\n  - {name: p, source: src, target: dst, checkpoint_interval: 1s";
+    y += (pipeline_extra.empty() ? "" : ", " + pipeline_extra) + "}\n";
+    writeFileText(config_, y);
     agent_ = std::make_unique<AgentProcess>(config_, dir_.file("agent.log"));
     const bool ready = waitUntil(
         [&] {
@@ -277,6 +275,66 @@ INSTANTIATE_TEST_SUITE_P(Servers, HashFieldTtlSnapshotTest,
                                            Pair{"redis-8.0", "redis-8"}),
                          pairName);
 
+double metricValue(const std::string& metrics, const std::string& family, const std::string& label);
+
+// Hash-field commands in the stream (HSETEX, HPEXPIREAT, HPERSIST; Redis 8.0.4+ also sends every
+// HINCRBYFLOAT as HSETEX ... KEEPTTL) were unknown commands: forwarded verbatim, past
+// exclude_keys, without key_rewrite and without the target's clamp (server-versions-notes.md
+// §3.4, §3.5). They follow the key rules now.
+class HashFieldStreamTest : public MatrixTest {};
+
+TEST_P(HashFieldStreamTest, HashFieldCommandsFollowTheKeyRules) {
+  startAgent(
+      R"(filters: {exclude_keys: ["^secret:"]}, key_rewrite: [{from: "sess:", to: "eu:sess:"}])",
+      "buckets: [{db: 0, max_ttl: 10m}]");
+  if (HasFatalFailure()) return;
+  RespClient src = source_->client();
+  ASSERT_FALSE(src.command({"HSETEX", "secret:2", "FIELDS", "1", "pw", "hunter2"}).isError());
+  ASSERT_FALSE(src.command({"HSET", "secret:3", "n", "1"}).isError());
+  ASSERT_FALSE(src.command({"HINCRBYFLOAT", "secret:3", "n", "0.5"}).isError());
+  ASSERT_FALSE(src.command({"HSETEX", "sess:2", "FIELDS", "1", "a", "1"}).isError());
+  ASSERT_FALSE(src.command({"HSET", "sess:3", "a", "1", "b", "2"}).isError());
+  ASSERT_FALSE(src.command({"HEXPIRE", "sess:3", "300", "FIELDS", "1", "a"}).isError());
+  ASSERT_FALSE(src.command({"HSET", "sess:4", "a", "1", "b", "2"}).isError());
+  ASSERT_FALSE(src.command({"HPEXPIRE", "sess:4", "300000", "FIELDS", "1", "b"}).isError());
+  ASSERT_FALSE(src.command({"HPERSIST", "sess:4", "FIELDS", "1", "b"}).isError());
+  ASSERT_FALSE(src.command({"SET", "done", "1"}).isError());
+  RespClient dst = target_->client();
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"EXISTS", "done"}).integer() == 1;
+      },
+      20s))
+      << agent_->logTail(20);
+  const int64_t now = unixTimeMs();
+  EXPECT_EQ(dst.command({"EXISTS", "secret:2", "secret:3"}).integer(), 0)
+      << "excluded keys reached the target";
+  EXPECT_EQ(dst.command({"EXISTS", "sess:2", "sess:3", "sess:4"}).integer(), 0)
+      << "keys written without key_rewrite";
+  EXPECT_EQ(dst.command({"HGET", "eu:sess:2", "a"}).str(), "1");
+  const int64_t clamp = dst.command({"PEXPIRETIME", "eu:sess:2"}).integer();
+  EXPECT_GT(clamp, now) << "HSETEX created a key without the target's 10 m clamp";
+  EXPECT_LE(clamp, now + 600'000);
+  const RespValue s3 = src.command({"HPEXPIRETIME", "sess:3", "FIELDS", "2", "a", "b"});
+  const RespValue t3 = dst.command({"HPEXPIRETIME", "eu:sess:3", "FIELDS", "2", "a", "b"});
+  ASSERT_TRUE(s3.isArray() && t3.isArray()) << t3.toString();
+  EXPECT_GT(s3.array()[0].integer(), now);
+  EXPECT_EQ(t3.array()[0].integer(), s3.array()[0].integer()) << "the field deadline";
+  EXPECT_EQ(t3.array()[1].integer(), -1);
+  const RespValue t4 = dst.command({"HPEXPIRETIME", "eu:sess:4", "FIELDS", "1", "b"});
+  ASSERT_TRUE(t4.isArray()) << t4.toString();
+  EXPECT_EQ(t4.array()[0].integer(), -1) << "HPERSIST did not reach eu:sess:4";
+  auto m = replicator::adminGet(admin_, "/metrics", 2s);
+  ASSERT_TRUE(m && m->first == 200);
+  const double unknown = metricValue(m->second, "xdcr_unknown_commands_total", "pipeline=");
+  EXPECT_EQ(unknown, 0) << "hash-field commands counted as unknown";
+  report(what() +
+         ": HSETEX/HPEXPIREAT/HPERSIST under exclude_keys, key_rewrite and a 10 m "
+         "clamp: eu:sess:2 clamped to now+" +
+         std::to_string((clamp - now) / 1000) + " s, field deadline equal, " +
+         std::to_string(static_cast<int>(unknown)) + " unknown commands");
+}
+
 /** The value of the sample of `family` whose labels contain `label` (0 when there is none). */
 double metricValue(const std::string& metrics, const std::string& family,
                    const std::string& label) {
@@ -340,6 +398,11 @@ TEST_P(NewerToOlderTest, RefusedSnapshotKeysCountAsFailedNeverAsRestored) {
   const auto doc = nlohmann::json::parse(status->second);
   EXPECT_EQ(doc["pipelines"][0]["full_sync"]["failed"], static_cast<int>(live)) << status->second;
 }
+
+INSTANTIATE_TEST_SUITE_P(Servers, HashFieldStreamTest,
+                         ::testing::Values(Pair{"redis-8", "redis-8"},
+                                           Pair{"valkey-9", "valkey-9"}),
+                         pairName);
 
 INSTANTIATE_TEST_SUITE_P(Servers, NewerToOlderTest,
                          ::testing::Values(Pair{"redis-8.0", "redis-7.0"},
