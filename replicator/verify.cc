@@ -20,6 +20,7 @@
 #include "common/redis_conn.h"
 #include "common/stats.h"
 #include "filters/key_space.h"
+#include "replicator/verify_compare.h"
 #include "replicator/verify_side.h"
 #include "source/expiry_index.h"
 #include "target/marker.h"
@@ -34,8 +35,14 @@ using Cmd = std::vector<std::string>;
 constexpr auto kTimeout = std::chrono::seconds(10);
 constexpr size_t kBatch = 100;  // keys per pipelined round trip (per side)
 constexpr size_t kMaxExamples = 20;
+constexpr size_t kElementsPerRound = 1000;  // vector set elements (VEMB + VGETATTR) per round trip
 
-enum class Verdict { Ok, Missing, Value, Ttl, SourceGone, EndedByMaxTtl };
+using verify::FieldTtlSupport;
+using verify::formatDeadline;
+using verify::quote;
+
+// FieldTtl: the key's contents and deadline are right, a hash field's deadline is not.
+enum class Verdict { Ok, Missing, Value, Ttl, FieldTtl, SourceGone, EndedByMaxTtl };
 
 const char* verdictName(Verdict v) {
   switch (v) {
@@ -45,6 +52,8 @@ const char* verdictName(Verdict v) {
       return "value";
     case Verdict::Ttl:
       return "ttl";
+    case Verdict::FieldTtl:
+      return "field-ttl";
     default:
       return "ok";
   }
@@ -54,7 +63,11 @@ const char* verdictName(Verdict v) {
 struct KeyState {
   std::string type;       // "none" when absent
   int64_t deadline = -1;  // PEXPIRETIME: -1 none
-  resp::Value value;      // normalised (sets and hashes sorted)
+  resp::Value value;      // normalised (sets and hashes sorted; a vector set: vectorSetValue())
+  // A hash: each field's deadline (HPEXPIRETIME, in the order of the fields in `value`), when
+  // this side could say (a server without field TTLs: all none); else not compared.
+  bool fields_read = false;
+  std::vector<int64_t> field_deadlines;
 };
 
 struct KeyRef {
@@ -62,28 +75,25 @@ struct KeyRef {
   std::string key, dst_key;
 };
 
-std::string quoteKey(const std::string& k) {
-  std::string out = "\"";
-  for (unsigned char c : k.substr(0, 80)) {
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  return out + (k.size() > 80 ? "…\"" : "\"");
+/** The commands that read a whole value of `type` (none for none). A vector set (Redis 8): its
+ *  size and dimension, then (readStates) its elements, each one's vector and attribute: its DUMP
+ *  is not stable (the same content serialises otherwise after a RESTORE). */
+std::vector<Cmd> valueCommands(const std::string& type, const std::string& key) {
+  if (type == "string") return {{"GET", key}};
+  if (type == "list") return {{"LRANGE", key, "0", "-1"}};
+  if (type == "set") return {{"SMEMBERS", key}};
+  if (type == "zset") return {{"ZRANGE", key, "0", "-1", "WITHSCORES"}};
+  if (type == "hash") return {{"HGETALL", key}};
+  if (type == "stream") return {{"XRANGE", key, "-", "+"}};
+  if (type == "vectorset") return {{"VCARD", key}, {"VDIM", key}};
+  if (type == "none") return {};
+  return {{"DUMP", key}};  // other module types: byte-equal serialisations
 }
 
-/** The command that reads a whole value of `type`, or empty for none. */
-Cmd valueCommand(const std::string& type, const std::string& key) {
-  if (type == "string") return {"GET", key};
-  if (type == "list") return {"LRANGE", key, "0", "-1"};
-  if (type == "set") return {"SMEMBERS", key};
-  if (type == "zset") return {"ZRANGE", key, "0", "-1", "WITHSCORES"};
-  if (type == "hash") return {"HGETALL", key};
-  if (type == "stream") return {"XRANGE", key, "-", "+"};
-  if (type == "none") return {};
-  return {"DUMP", key};  // module types: byte-equal serialisations
+/** A refusal that no re-read changes (the ACL user lacks the command, the server has none). */
+bool isRefusal(const resp::Value& v) {
+  return v.isError() &&
+         (v.str.rfind("NOPERM", 0) == 0 || v.str.find("unknown command") != std::string::npos);
 }
 
 /** Sets and hashes come back in an order that depends on encoding and history: sort them. A
@@ -111,10 +121,6 @@ void normalise(const std::string& type, resp::Value& v) {
   }
 }
 
-std::string formatDeadline(int64_t d) {
-  return d < 0 ? std::string("none") : fmt::format("{}", d);
-}
-
 class Verifier {
  public:
   Verifier(const config::Config& cfg, const config::PipelineConfig& pipe, VerifyOptions opt,
@@ -133,7 +139,8 @@ class Verifier {
   net::awaitable<int> run();
 
  private:
-  net::awaitable<Result<std::vector<KeyState>>> readStates(VerifySide& side, int db,
+  net::awaitable<Result<std::vector<KeyState>>> readStates(VerifySide& side,
+                                                           FieldTtlSupport& fields, int db,
                                                            const std::vector<std::string>& keys);
   net::awaitable<Status> checkBatch(std::vector<KeyRef>& batch);
   net::awaitable<Status> countExtra();
@@ -152,17 +159,23 @@ class Verifier {
   target::MaxTtlPolicy policy_;
 
   int64_t shift_ms_ = 0;          // compensation Δ expected on every deadline
+  int64_t source_offset_ms_ = 0;  // θ_source: the source's clock − ours
   int64_t target_offset_ms_ = 0;  // θ_target: the target's clock − ours
+  verify::DeadlineRules rules_;   // strip_ttl, shift_ms_, the tolerance: keys and hash fields
+  // What each side says about hash-field deadlines, learnt from its first HPEXPIRETIME.
+  FieldTtlSupport src_fields_ = FieldTtlSupport::Unknown;
+  FieldTtlSupport dst_fields_ = FieldTtlSupport::Unknown;
+  std::string fields_unreadable_;  // why field deadlines are not compared (one side's refusal)
   std::chrono::steady_clock::time_point paced_from_;
   size_t paced_keys_ = 0;
 
-  uint64_t checked_ = 0, missing_ = 0, values_ = 0, ttls_ = 0, extra_ = 0;
+  uint64_t checked_ = 0, missing_ = 0, values_ = 0, ttls_ = 0, field_ttls_ = 0, extra_ = 0;
   uint64_t ended_by_max_ttl_ = 0, source_gone_ = 0;
   std::vector<nlohmann::json> examples_;
 };
 
 net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
-    VerifySide& side, int db, const std::vector<std::string>& keys) {
+    VerifySide& side, FieldTtlSupport& fields, int db, const std::vector<std::string>& keys) {
   std::vector<Cmd> first;
   for (const auto& k : keys) {
     first.push_back({"TYPE", k});
@@ -181,19 +194,138 @@ net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
     }
     out[i].type = type.str;
     out[i].deadline = ttl.type == resp::ReplyType::Integer && ttl.integer >= 0 ? ttl.integer : -1;
-    if (Cmd v = valueCommand(out[i].type, keys[i]); !v.empty()) {
+    for (Cmd& v : valueCommands(out[i].type, keys[i])) {
       second.push_back(std::move(v));
       which.push_back(i);
     }
   }
+  // A vector set's VCARD and VDIM (its value is made of them and its elements below).
+  std::vector<std::pair<resp::Value, resp::Value>> vset_head(keys.size());
+  // (Redis 8's vector set commands are in no ACL category: +@read does not grant them.)
+  auto refused = [&](const Cmd& c, const resp::Value& r) {
+    return fail(Error::refused(
+        fmt::format("{}: {}: {} (verify reads a vector set with VCARD, VDIM, VRANDMEMBER, VEMB "
+                    "and VGETATTR: grant them, e.g. +vcard +vdim +vrandmember +vemb +vgetattr)",
+                    side.label(), c[0], r.str)));
+  };
   if (!second.empty()) {
     auto r2 = co_await side.callKeyed(db, second);
     if (!r2) co_return fail(r2.error());
     for (size_t j = 0; j < which.size(); ++j) {
       KeyState& s = out[which[j]];
+      if (s.type == "vectorset") {
+        if (isRefusal((*r2)[j])) co_return refused(second[j], (*r2)[j]);
+        auto& head = vset_head[which[j]];
+        (second[j][0] == "VCARD" ? head.first : head.second) = std::move((*r2)[j]);
+        continue;
+      }
       s.value = std::move((*r2)[j]);
       normalise(s.type, s.value);
     }
+  }
+
+  // Then, in one round trip: each vector set's elements (VRANDMEMBER with a positive count
+  // returns that many distinct elements, all of them for VCARD), and each hash's field
+  // deadlines (HPEXPIRETIME, the fields HGETALL listed, kFieldsPerCommand a command).
+  struct Part {
+    size_t key;
+    size_t first, count;  // its commands in `third`
+  };
+  std::vector<Cmd> third;
+  std::vector<Part> members, deadlines;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KeyState& s = out[i];
+    if (s.type == "vectorset") {
+      const resp::Value& card = vset_head[i].first;
+      if (card.type == resp::ReplyType::Integer && card.integer > 0) {
+        members.push_back({i, third.size(), 1});
+        third.push_back({"VRANDMEMBER", keys[i], std::to_string(card.integer)});
+      }
+    } else if (s.type == "hash") {
+      const std::vector<std::string> names = verify::hashFields(s.value);
+      if (fields == FieldTtlSupport::None) {
+        s.field_deadlines.assign(names.size(), -1);  // a server without field TTLs
+        s.fields_read = true;
+      } else if (fields != FieldTtlSupport::Unreadable) {
+        auto cmds = verify::fieldDeadlineCommands(keys[i], names);
+        deadlines.push_back({i, third.size(), cmds.size()});
+        for (auto& c : cmds) third.push_back(std::move(c));
+      }
+    }
+  }
+  std::vector<resp::Value> r3;
+  if (!third.empty()) {
+    auto r = co_await side.callKeyed(db, third);
+    if (!r) co_return fail(r.error());
+    r3 = std::move(*r);
+  }
+  for (const Part& p : deadlines) {
+    KeyState& s = out[p.key];
+    const auto begin = r3.begin() + static_cast<std::ptrdiff_t>(p.first);
+    const std::vector<resp::Value> replies(begin, begin + static_cast<std::ptrdiff_t>(p.count));
+    const size_t n = verify::hashFields(s.value).size();
+    for (const resp::Value& r : replies) {
+      if (!r.isError()) continue;
+      const FieldTtlSupport said = verify::fieldTtlSupportOf(r);
+      if (said == FieldTtlSupport::None) {
+        fields = said;
+      } else if (said == FieldTtlSupport::Unreadable) {
+        fields = said;
+        if (fields_unreadable_.empty()) {
+          fields_unreadable_ = fmt::format("{}: HPEXPIRETIME: {}", side.label(), r.str);
+        }
+      }
+      break;
+    }
+    if (fields == FieldTtlSupport::None) {
+      s.field_deadlines.assign(n, -1);
+      s.fields_read = true;
+    } else if (auto d = verify::parseFieldDeadlines(replies, n)) {
+      if (fields == FieldTtlSupport::Unknown) fields = FieldTtlSupport::Yes;
+      s.field_deadlines = std::move(*d);
+      s.fields_read = true;
+    }  // else an error about this key (it changed meanwhile): its fields are not compared
+  }
+
+  // Each vector set element's vector (VEMB) and attribute (VGETATTR), kElementsPerRound a trip.
+  std::vector<std::vector<verify::VectorElement>> elements(keys.size());
+  std::vector<Cmd> fourth;
+  std::vector<std::pair<size_t, size_t>> owner;  // (key, element) of fourth[2k] and [2k + 1]
+  auto flush = [&]() -> net::awaitable<Status> {
+    if (fourth.empty()) co_return Status{};
+    auto r = co_await side.callKeyed(db, fourth);
+    if (!r) co_return fail(r.error());
+    for (size_t k = 0; k < owner.size(); ++k) {
+      for (size_t a : {2 * k, 2 * k + 1}) {
+        if (isRefusal((*r)[a])) co_return refused(fourth[a], (*r)[a]);
+      }
+      auto& e = elements[owner[k].first][owner[k].second];
+      e.embedding = std::move((*r)[2 * k]);
+      e.attribute = std::move((*r)[2 * k + 1]);
+    }
+    fourth.clear();
+    owner.clear();
+    co_return Status{};
+  };
+  for (const Part& p : members) {
+    const resp::Value& list = r3[p.first];
+    if (isRefusal(list)) co_return refused(third[p.first], list);
+    if (list.type != resp::ReplyType::Array) continue;
+    for (const resp::Value& name : list.elements) {
+      owner.emplace_back(p.key, elements[p.key].size());
+      elements[p.key].push_back({name.str, {}, {}});
+      fourth.push_back({"VEMB", keys[p.key], name.str});
+      fourth.push_back({"VGETATTR", keys[p.key], name.str});
+      if (owner.size() >= kElementsPerRound) {
+        if (auto st = co_await flush(); !st) co_return fail(st.error());
+      }
+    }
+  }
+  if (auto st = co_await flush(); !st) co_return fail(st.error());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (out[i].type != "vectorset") continue;
+    out[i].value =
+        verify::vectorSetValue(vset_head[i].first, vset_head[i].second, std::move(elements[i]));
   }
   co_return out;
 }
@@ -208,27 +340,41 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
     return Verdict::Missing;
   }
   if (s.type != t.type || !(s.value == t.value)) {
-    detail = s.type != t.type ? fmt::format("source type {}, target type {}", s.type, t.type)
-                              : fmt::format("{} differs: source {}, target {}", s.type,
-                                            s.value.describe(), t.value.describe());
+    if (s.type != t.type) {
+      detail = fmt::format("source type {}, target type {}", s.type, t.type);
+    } else if (s.type == "vectorset") {
+      detail = verify::describeVectorSetDifference(s.value, t.value);
+    } else {
+      detail = fmt::format("{} differs: source {}, target {}", s.type, s.value.describe(),
+                           t.value.describe());
+    }
     return Verdict::Value;
   }
   // The deadline the rules give, before any maxTTL: the source's (none with strip_ttl),
   // translated into the target's clock when the pipeline compensates skew.
-  int64_t expected = pipe_.filters.strip_ttl ? -1 : s.deadline;
-  if (expected >= 0) expected += shift_ms_;
-  const int64_t tol = opt_.ttl_tolerance.count();
-  if (expected >= 0 && t.deadline >= 0 && std::llabs(t.deadline - expected) <= tol) {
-    return Verdict::Ok;
-  }
-  if (expected < 0 && t.deadline < 0 && max_ttl == 0) return Verdict::Ok;
-  if (max_ttl > 0 && t.deadline >= 0) {
+  const int64_t expected = rules_.expected(s.deadline);
+  const int64_t tol = rules_.tolerance_ms;
+  // Without a maxTTL both none is right; with one, the target must have a (clamped) deadline.
+  bool key_ok = rules_.matches(expected, t.deadline) && (max_ttl == 0 || t.deadline >= 0);
+  if (!key_ok && max_ttl > 0 && t.deadline >= 0) {
     // Clamped when written: now_then + M, now_then in the past, so at most the target's now + M,
     // and earlier than the deadline it replaced.
     const int64_t target_now = local_clock_.nowMs() + target_offset_ms_;
-    if ((expected < 0 || t.deadline < expected + tol) && t.deadline <= target_now + max_ttl + tol) {
-      return Verdict::Ok;
+    key_ok =
+        (expected < 0 || t.deadline < expected + tol) && t.deadline <= target_now + max_ttl + tol;
+  }
+  if (key_ok) {
+    // A hash's fields: the same rules, but never a maxTTL clamp (it bounds the key's deadline).
+    if (s.type == "hash" && s.fields_read && t.fields_read) {
+      const auto diffs = verify::compareFieldDeadlines(rules_, verify::hashFields(s.value),
+                                                       s.field_deadlines, t.field_deadlines,
+                                                       local_clock_.nowMs() + source_offset_ms_);
+      if (!diffs.empty()) {
+        detail = verify::describeFieldDiffs(diffs);
+        return Verdict::FieldTtl;
+      }
     }
+    return Verdict::Ok;
   }
   detail = fmt::format("deadline: source {}, target {}, expected {}{}", formatDeadline(s.deadline),
                        formatDeadline(t.deadline), formatDeadline(expected),
@@ -247,13 +393,16 @@ void Verifier::report(const KeyRef& k, Verdict v, const std::string& detail) {
     case Verdict::Ttl:
       ++ttls_;
       break;
+    case Verdict::FieldTtl:
+      ++field_ttls_;
+      break;
     default:
       return;
   }
   if (examples_.size() < kMaxExamples) {
     examples_.push_back({{"kind", verdictName(v)},
-                         {"source", fmt::format("db{} {}", k.src_db, quoteKey(k.key))},
-                         {"target", fmt::format("db{} {}", k.dst_db, quoteKey(k.dst_key))},
+                         {"source", fmt::format("db{} {}", k.src_db, quote(k.key))},
+                         {"target", fmt::format("db{} {}", k.dst_db, quote(k.dst_key))},
                          {"detail", detail}});
   }
 }
@@ -282,9 +431,9 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
       skeys.push_back(k.key);
       dkeys.push_back(k.dst_key);
     }
-    auto ss = co_await readStates(*src_, pending[0].src_db, skeys);
+    auto ss = co_await readStates(*src_, src_fields_, pending[0].src_db, skeys);
     if (!ss) co_return fail(ss.error());
-    auto ts = co_await readStates(*dst_, pending[0].dst_db, dkeys);
+    auto ts = co_await readStates(*dst_, dst_fields_, pending[0].dst_db, dkeys);
     if (!ts) co_return fail(ts.error());
     std::vector<KeyRef> again;
     for (size_t i = 0; i < pending.size(); ++i) {
@@ -348,6 +497,7 @@ net::awaitable<int> Verifier::run() {
   auto ts = co_await clock::probeRedisTime(src_->clockConnection(), 8, kTimeout);
   auto td = co_await clock::probeRedisTime(dst_->clockConnection(), 8, kTimeout);
   if (ts && td) {
+    source_offset_ms_ = ts->offset_ns / 1'000'000;
     target_offset_ms_ = td->offset_ns / 1'000'000;
     const int64_t delta_ms = (td->offset_ns - ts->offset_ns) / 1'000'000;
     if (cfg_.clock.on_skew == config::SkewAction::Compensate &&
@@ -355,6 +505,7 @@ net::awaitable<int> Verifier::run() {
       shift_ms_ = delta_ms;
     }
   }
+  rules_ = {pipe_.filters.strip_ttl, shift_ms_, opt_.ttl_tolerance.count()};
   auto dbs = co_await src_->keyDbs();
   if (!dbs) {
     std::cerr << "verify: " << dbs.error().message << "\n";
@@ -412,7 +563,7 @@ net::awaitable<int> Verifier::run() {
     co_return 2;
   }
 
-  const bool differences = missing_ + values_ + ttls_ > 0;
+  const bool differences = missing_ + values_ + ttls_ + field_ttls_ > 0;
   VerifySide::Redirections redirects = src_->redirections();
   redirects.moved += dst_->redirections().moved;
   redirects.ask += dst_->redirections().ask;
@@ -423,28 +574,34 @@ net::awaitable<int> Verifier::run() {
                         {"missing", missing_},
                         {"value_mismatches", values_},
                         {"ttl_mismatches", ttls_},
+                        {"field_ttl_mismatches", field_ttls_},
                         {"extra", extra_},
                         {"ended_by_max_ttl", ended_by_max_ttl_},
                         {"source_gone", source_gone_},
                         {"skew_shift_ms", shift_ms_},
                         {"examples", examples_}};
+    if (!fields_unreadable_.empty()) j["field_ttls_not_compared"] = fields_unreadable_;
     if (src_->isCluster() || dst_->isCluster()) {
       // Only with a Redis Cluster side: the standalone report keeps its shape.
       j["redirections"] = {
           {"moved", redirects.moved}, {"ask", redirects.ask}, {"busy", redirects.busy}};
     }
-    std::cout << j.dump(2) << "\n";
+    // Details quote values, which may be any bytes: not UTF-8 is replaced, not an exception.
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::printf(
         "verify: %llu keys checked, %llu missing, %llu value mismatches, %llu ttl "
-        "mismatches, %llu extra\n",
+        "mismatches, %llu extra, %llu field ttl mismatches\n",
         static_cast<unsigned long long>(checked_), static_cast<unsigned long long>(missing_),
         static_cast<unsigned long long>(values_), static_cast<unsigned long long>(ttls_),
-        static_cast<unsigned long long>(extra_));
+        static_cast<unsigned long long>(extra_), static_cast<unsigned long long>(field_ttls_));
     for (const auto& e : examples_) {
-      std::printf("  %-7s %s -> %s: %s\n", e["kind"].get<std::string>().c_str(),
+      std::printf("  %-9s %s -> %s: %s\n", e["kind"].get<std::string>().c_str(),
                   e["source"].get<std::string>().c_str(), e["target"].get<std::string>().c_str(),
                   e["detail"].get<std::string>().c_str());
+    }
+    if (!fields_unreadable_.empty()) {
+      std::printf("verify: hash-field deadlines not compared: %s\n", fields_unreadable_.c_str());
     }
     if (ended_by_max_ttl_ > 0) {
       std::printf(

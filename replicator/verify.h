@@ -9,6 +9,12 @@
 //     clock.on_skew is compensate and |Δ| is over max_skew, within the tolerance; or
 //   - with a target maxTTL M: a clamped deadline, earlier than E, and no later than the
 //     target's now + M (the write it came from happened at some past instant, unknown here).
+// A hash's fields (Redis 7.4+/8, Valkey 9: HPEXPIRETIME, read in batches) follow the same rules
+// with no maxTTL clamp: none with strip_ttl, else the source field's deadline (shifted),
+// within the tolerance; a field whose source deadline is within the tolerance of passing is no
+// difference. A side without field TTLs (HPEXPIRETIME "unknown command") has none on any field.
+// A Redis 8 vector set is compared by content (VCARD, VDIM, each element's VEMB and VGETATTR),
+// other module types by DUMP.
 // A key that differs is read again after a pause (up to --rechecks times): on a live pipeline
 // the target is a little behind, and only differences that persist are reported. With a maxTTL
 // a key may legitimately be gone from the target before it is gone from the source; such keys

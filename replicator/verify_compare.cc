@@ -1,0 +1,239 @@
+#include "replicator/verify_compare.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace xdcr::replicator::verify {
+
+int64_t DeadlineRules::expected(int64_t source) const {
+  if (strip_ttl || source < 0) return -1;
+  return source + shift_ms;
+}
+
+bool DeadlineRules::matches(int64_t expected, int64_t target) const {
+  if (expected < 0 || target < 0) return expected < 0 && target < 0;
+  return std::llabs(target - expected) <= tolerance_ms;
+}
+
+std::string formatDeadline(int64_t deadline) {
+  if (deadline == -2) return "absent";
+  return deadline < 0 ? std::string("none") : fmt::format("{}", deadline);
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s.substr(0, 80)) {
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out + (s.size() > 80 ? "…\"" : "\"");
+}
+
+namespace {
+
+bool containsNoCase(std::string_view text, std::string_view word) {
+  auto it = std::search(text.begin(), text.end(), word.begin(), word.end(), [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  });
+  return it != text.end();
+}
+
+}  // namespace
+
+FieldTtlSupport fieldTtlSupportOf(const resp::Value& reply) {
+  if (!reply.isError()) return FieldTtlSupport::Yes;
+  // Redis < 7.4, Valkey < 9: "ERR unknown command 'HPEXPIRETIME', with args beginning with: ...".
+  if (containsNoCase(reply.str, "unknown command")) return FieldTtlSupport::None;
+  // About the key (it changed type between the reads) or the arguments: the command exists.
+  if (reply.str.rfind("WRONGTYPE", 0) == 0) return FieldTtlSupport::Yes;
+  return FieldTtlSupport::Unreadable;  // NOPERM and the like: we may not ask
+}
+
+std::vector<std::vector<std::string>> fieldDeadlineCommands(const std::string& key,
+                                                            const std::vector<std::string>& fields,
+                                                            size_t chunk) {
+  std::vector<std::vector<std::string>> out;
+  if (chunk == 0) chunk = kFieldsPerCommand;
+  for (size_t at = 0; at < fields.size(); at += chunk) {
+    const size_t n = std::min(chunk, fields.size() - at);
+    std::vector<std::string> c = {"HPEXPIRETIME", key, "FIELDS", std::to_string(n)};
+    c.insert(c.end(), fields.begin() + static_cast<std::ptrdiff_t>(at),
+             fields.begin() + static_cast<std::ptrdiff_t>(at + n));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::optional<std::vector<int64_t>> parseFieldDeadlines(const std::vector<resp::Value>& replies,
+                                                        size_t fields) {
+  std::vector<int64_t> out;
+  out.reserve(fields);
+  for (const resp::Value& r : replies) {
+    if (r.type != resp::ReplyType::Array) return std::nullopt;
+    for (const resp::Value& e : r.elements) {
+      if (e.type != resp::ReplyType::Integer) return std::nullopt;
+      out.push_back(e.integer);
+    }
+  }
+  if (out.size() != fields) return std::nullopt;
+  return out;
+}
+
+std::vector<std::string> hashFields(const resp::Value& hgetall) {
+  std::vector<std::string> out;
+  if (hgetall.type != resp::ReplyType::Array) return out;
+  for (size_t i = 0; i + 1 < hgetall.elements.size(); i += 2) {
+    out.push_back(hgetall.elements[i].str);
+  }
+  return out;
+}
+
+std::vector<FieldDeadlineDiff> compareFieldDeadlines(const DeadlineRules& rules,
+                                                     const std::vector<std::string>& fields,
+                                                     const std::vector<int64_t>& source,
+                                                     const std::vector<int64_t>& target,
+                                                     int64_t source_now_ms) {
+  std::vector<FieldDeadlineDiff> out;
+  const size_t n = std::min({fields.size(), source.size(), target.size()});
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t s = source[i];
+    const int64_t t = target[i];
+    if (s == -2) continue;  // gone from the source since its value was read
+    // Passed, or passing within the tolerance: the source deletes it (or just did).
+    if (s >= 0 && s <= source_now_ms + rules.tolerance_ms) continue;
+    const int64_t want = rules.expected(s);
+    if (t == -2 || !rules.matches(want, t)) out.push_back({fields[i], s, t, want});
+  }
+  return out;
+}
+
+std::string describeFieldDiffs(const std::vector<FieldDeadlineDiff>& diffs) {
+  if (diffs.empty()) return "";
+  const FieldDeadlineDiff& d = diffs.front();
+  std::string out =
+      fmt::format("field {}: deadline: source {}, target {}, expected {}", quote(d.field),
+                  formatDeadline(d.source), formatDeadline(d.target), formatDeadline(d.expected));
+  if (diffs.size() > 1) {
+    std::string more;
+    for (size_t i = 1; i < diffs.size() && i <= 5; ++i) {
+      more += (i > 1 ? ", " : "") + quote(diffs[i].field);
+    }
+    out += fmt::format(" (and {} more field{}: {}{})", diffs.size() - 1,
+                       diffs.size() > 2 ? "s" : "", more, diffs.size() > 6 ? ", …" : "");
+  }
+  return out;
+}
+
+resp::Value vectorSetValue(const resp::Value& card, const resp::Value& dim,
+                           std::vector<VectorElement> elements) {
+  std::sort(elements.begin(), elements.end(),
+            [](const VectorElement& a, const VectorElement& b) { return a.name < b.name; });
+  resp::Value list;
+  list.type = resp::ReplyType::Array;
+  for (VectorElement& e : elements) {
+    resp::Value emb = std::move(e.embedding);
+    if (emb.type == resp::ReplyType::Array) {
+      // The numbers, not their spelling.
+      for (resp::Value& x : emb.elements) {
+        x.str = fmt::format("{}", std::strtod(x.str.c_str(), nullptr));
+      }
+    }
+    resp::Value name;
+    name.type = resp::ReplyType::Bulk;
+    name.str = std::move(e.name);
+    resp::Value item;
+    item.type = resp::ReplyType::Array;
+    item.elements = {std::move(name), std::move(emb), std::move(e.attribute)};
+    list.elements.push_back(std::move(item));
+  }
+  resp::Value out;
+  out.type = resp::ReplyType::Array;
+  out.elements = {card, dim, std::move(list)};
+  return out;
+}
+
+namespace {
+
+std::string describeNumber(const resp::Value& v) {
+  return v.type == resp::ReplyType::Integer ? fmt::format("{}", v.integer) : v.describe();
+}
+
+std::string describeVector(const resp::Value& v) {
+  if (v.type != resp::ReplyType::Array) return v.describe();
+  std::string out = "[";
+  for (size_t i = 0; i < v.elements.size() && i < 4; ++i) {
+    out += (i > 0 ? ", " : "") + v.elements[i].str;
+  }
+  return out + (v.elements.size() > 4 ? ", …]" : "]");
+}
+
+/** The element list of a vectorSetValue() (empty when it is not one). */
+const std::vector<resp::Value>& elementsOf(const resp::Value& v) {
+  static const std::vector<resp::Value> kNone;
+  if (v.type != resp::ReplyType::Array || v.elements.size() != 3) return kNone;
+  return v.elements[2].elements;
+}
+
+}  // namespace
+
+std::string describeVectorSetDifference(const resp::Value& source, const resp::Value& target) {
+  std::vector<std::string> parts;
+  if (source.elements.size() == 3 && target.elements.size() == 3) {
+    if (!(source.elements[0] == target.elements[0])) {
+      parts.push_back(fmt::format("VCARD: source {}, target {}", describeNumber(source.elements[0]),
+                                  describeNumber(target.elements[0])));
+    }
+    if (!(source.elements[1] == target.elements[1])) {
+      parts.push_back(fmt::format("VDIM: source {}, target {}", describeNumber(source.elements[1]),
+                                  describeNumber(target.elements[1])));
+    }
+  }
+  const auto& s = elementsOf(source);
+  const auto& t = elementsOf(target);
+  size_t i = 0, j = 0, differing = 0;
+  std::string first;
+  auto note = [&](std::string what) {
+    if (differing++ == 0) first = std::move(what);
+  };
+  while (i < s.size() || j < t.size()) {
+    const std::string* sn = i < s.size() ? &s[i].elements[0].str : nullptr;
+    const std::string* tn = j < t.size() ? &t[j].elements[0].str : nullptr;
+    if (tn == nullptr || (sn != nullptr && *sn < *tn)) {
+      note(fmt::format("element {}: absent on the target", quote(*sn)));
+      ++i;
+    } else if (sn == nullptr || *tn < *sn) {
+      note(fmt::format("element {}: only on the target", quote(*tn)));
+      ++j;
+    } else {
+      const auto& se = s[i].elements;
+      const auto& te = t[j].elements;
+      if (!(se[1] == te[1])) {
+        note(fmt::format("element {}: vector: source {}, target {}", quote(*sn),
+                         describeVector(se[1]), describeVector(te[1])));
+      } else if (!(se[2] == te[2])) {
+        note(fmt::format("element {}: attribute: source {}, target {}", quote(*sn),
+                         se[2].describe(), te[2].describe()));
+      }
+      ++i;
+      ++j;
+    }
+  }
+  if (differing > 0) {
+    parts.push_back(fmt::format("{} ({} element{} differ{})", first, differing,
+                                differing > 1 ? "s" : "", differing > 1 ? "" : "s"));
+  }
+  if (parts.empty()) return "vectorset differs";
+  std::string out = "vectorset differs: ";
+  for (size_t k = 0; k < parts.size(); ++k) out += (k > 0 ? "; " : "") + parts[k];
+  return out;
+}
+
+}  // namespace xdcr::replicator::verify

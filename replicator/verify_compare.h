@@ -1,0 +1,113 @@
+#pragma once
+// The pure rules of `xdcr-agent verify` (verify.cc) that need no server: what deadline the target
+// should hold for a source deadline, hash-field deadlines (Redis 7.4+/8, Valkey 9: HPEXPIRETIME),
+// and Redis 8 vector sets compared by content.
+//
+// Field deadlines follow the key deadline's rules (expiry-semantics.md), except the target's
+// max_ttl, which clamps a key's deadline only: a field deadline travels absolute; with
+// filters.strip_ttl the target field has none; otherwise it equals the source's, translated by the
+// compensation shift, within the tolerance. A field whose source deadline has passed or is within
+// the tolerance of passing, or that the source no longer has, is no difference.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/resp_value.h"
+
+namespace xdcr::replicator::verify {
+
+/** How a target deadline must relate to its source deadline (absolute ms; -1 none). */
+struct DeadlineRules {
+  bool strip_ttl = false;
+  int64_t shift_ms = 0;  // compensation Δ (clock.on_skew compensate, |Δ| over max_skew)
+  int64_t tolerance_ms = 1000;
+
+  /** The deadline the target should hold for the source deadline `source`, before any maxTTL:
+   *  none with strip_ttl or without a source deadline, else the source's + the shift. */
+  int64_t expected(int64_t source) const;
+  /** Both none, or both set and within the tolerance of each other. */
+  bool matches(int64_t expected, int64_t target) const;
+};
+
+/** "none", "absent" (HPEXPIRETIME's -2: no such field) or the deadline in ms. */
+std::string formatDeadline(int64_t deadline);
+
+/** `s` quoted for a message: printable ASCII as is, other bytes \xNN, at most 80 bytes. */
+std::string quote(const std::string& s);
+
+// --- hash-field deadlines ----------------------------------------------------------------------
+
+/** What a side can say about field deadlines, learnt from its first HPEXPIRETIME reply. */
+enum class FieldTtlSupport {
+  Unknown,     // not asked yet
+  Yes,         // it answers HPEXPIRETIME
+  None,        // "unknown command": a server without field TTLs, so no field has a deadline
+  Unreadable,  // another refusal (NOPERM: the ACL user lacks it): not compared
+};
+
+/** The support an error reply to HPEXPIRETIME shows (Yes when it is no such error, or one about
+ *  the key, like WRONGTYPE). */
+FieldTtlSupport fieldTtlSupportOf(const resp::Value& reply);
+
+constexpr size_t kFieldsPerCommand = 1000;
+
+/** HPEXPIRETIME key FIELDS n f1 ... fn for every field of `fields`, `chunk` fields a command. */
+std::vector<std::vector<std::string>> fieldDeadlineCommands(const std::string& key,
+                                                            const std::vector<std::string>& fields,
+                                                            size_t chunk = kFieldsPerCommand);
+
+/** One deadline per field from the replies to fieldDeadlineCommands(), in order; nullopt when a
+ *  reply is not an array of `chunk`-many integers (an error: the key changed meanwhile). */
+std::optional<std::vector<int64_t>> parseFieldDeadlines(const std::vector<resp::Value>& replies,
+                                                        size_t fields);
+
+/** The fields of a normalised HGETALL reply (field, value, ... sorted by field). */
+std::vector<std::string> hashFields(const resp::Value& hgetall);
+
+struct FieldDeadlineDiff {
+  std::string field;
+  int64_t source = -1, target = -1, expected = -1;  // -1 none, -2 no such field
+};
+
+/**
+ * The fields of `fields` whose target deadline the rules do not allow. `source` and `target`:
+ * each field's deadline on that side (HPEXPIRETIME: -1 none, -2 no such field, else absolute ms).
+ * `source_now_ms`: the source's clock now (a source deadline at most now + the tolerance is no
+ * difference, nor a field the source no longer has).
+ */
+std::vector<FieldDeadlineDiff> compareFieldDeadlines(const DeadlineRules& rules,
+                                                     const std::vector<std::string>& fields,
+                                                     const std::vector<int64_t>& source,
+                                                     const std::vector<int64_t>& target,
+                                                     int64_t source_now_ms);
+
+/** `field "b": deadline: source 1700000000000, target none, expected 1700000000000` for the
+ *  first, then "(and N more fields)". */
+std::string describeFieldDiffs(const std::vector<FieldDeadlineDiff>& diffs);
+
+// --- vector sets -------------------------------------------------------------------------------
+
+/** One element of a vector set as read: VEMB's reply (the float vector, or nil) and
+ *  VGETATTR's (the JSON attribute, or nil). */
+struct VectorElement {
+  std::string name;
+  resp::Value embedding;
+  resp::Value attribute;
+};
+
+/**
+ * A vector set's content as one comparable value: [VCARD, VDIM, [name, [floats...], attribute]
+ * per element, sorted by name]; each float as the number it is (its shortest round-trip form).
+ * DUMP is no such value: the same content serialises otherwise after a RESTORE.
+ */
+resp::Value vectorSetValue(const resp::Value& card, const resp::Value& dim,
+                           std::vector<VectorElement> elements);
+
+/** What differs between two vectorSetValue()s, naming the first element that differs:
+ *  `VCARD: source 120, target 119; element "e7": absent on the target (1 element differs)`. */
+std::string describeVectorSetDifference(const resp::Value& source, const resp::Value& target);
+
+}  // namespace xdcr::replicator::verify

@@ -1,0 +1,238 @@
+// The pure rules of `xdcr-agent verify` (replicator/verify_compare.h): deadlines expected from a
+// source deadline, hash-field deadlines (HPEXPIRETIME), vector sets compared by content.
+
+#include "replicator/verify_compare.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace xdcr::replicator::verify {
+namespace {
+
+resp::Value bulk(std::string s) {
+  resp::Value v;
+  v.type = resp::ReplyType::Bulk;
+  v.str = std::move(s);
+  return v;
+}
+
+resp::Value integer(int64_t i) {
+  resp::Value v;
+  v.type = resp::ReplyType::Integer;
+  v.integer = i;
+  return v;
+}
+
+resp::Value error(std::string s) {
+  resp::Value v;
+  v.type = resp::ReplyType::Error;
+  v.str = std::move(s);
+  return v;
+}
+
+resp::Value array(std::vector<resp::Value> e) {
+  resp::Value v;
+  v.type = resp::ReplyType::Array;
+  v.elements = std::move(e);
+  return v;
+}
+
+resp::Value integers(std::vector<int64_t> xs) {
+  std::vector<resp::Value> e;
+  for (int64_t x : xs) e.push_back(integer(x));
+  return array(std::move(e));
+}
+
+TEST(DeadlineRulesTest, ExpectedDeadline) {
+  const DeadlineRules plain{false, 0, 1000};
+  EXPECT_EQ(plain.expected(-1), -1);
+  EXPECT_EQ(plain.expected(5000), 5000);
+  const DeadlineRules shifted{false, -250, 1000};
+  EXPECT_EQ(shifted.expected(5000), 4750);
+  EXPECT_EQ(shifted.expected(-1), -1);
+  const DeadlineRules strip{true, -250, 1000};
+  EXPECT_EQ(strip.expected(5000), -1);
+}
+
+TEST(DeadlineRulesTest, Matches) {
+  const DeadlineRules r{false, 0, 1000};
+  EXPECT_TRUE(r.matches(-1, -1));
+  EXPECT_TRUE(r.matches(5000, 6000));
+  EXPECT_TRUE(r.matches(5000, 4000));
+  EXPECT_FALSE(r.matches(5000, 6001));
+  EXPECT_FALSE(r.matches(5000, -1));
+  EXPECT_FALSE(r.matches(-1, 5000));
+}
+
+TEST(FieldDeadlinesTest, SupportFromTheReply) {
+  EXPECT_EQ(fieldTtlSupportOf(integers({-1, -2})), FieldTtlSupport::Yes);
+  EXPECT_EQ(fieldTtlSupportOf(error("ERR unknown command 'HPEXPIRETIME', with args beginning "
+                                    "with: 'h' 'FIELDS' '1' 'a' ")),
+            FieldTtlSupport::None);
+  EXPECT_EQ(fieldTtlSupportOf(error("ERR Unknown Command 'hpexpiretime'")), FieldTtlSupport::None);
+  EXPECT_EQ(fieldTtlSupportOf(error("WRONGTYPE Operation against a key holding the wrong kind of "
+                                    "value")),
+            FieldTtlSupport::Yes);
+  EXPECT_EQ(fieldTtlSupportOf(error("NOPERM User v has no permissions to run the 'hpexpiretime' "
+                                    "command")),
+            FieldTtlSupport::Unreadable);
+}
+
+TEST(FieldDeadlinesTest, CommandsAreChunked) {
+  std::vector<std::string> fields;
+  for (int i = 0; i < 2500; ++i) fields.push_back("f" + std::to_string(i));
+  const auto cmds = fieldDeadlineCommands("h", fields);
+  ASSERT_EQ(cmds.size(), 3u);
+  EXPECT_EQ(cmds[0].size(), 4u + 1000u);
+  EXPECT_EQ(cmds[2].size(), 4u + 500u);
+  EXPECT_EQ((std::vector<std::string>(cmds[0].begin(), cmds[0].begin() + 5)),
+            (std::vector<std::string>{"HPEXPIRETIME", "h", "FIELDS", "1000", "f0"}));
+  EXPECT_EQ(cmds[2][3], "500");
+  EXPECT_EQ(cmds[2][4], "f2000");
+  EXPECT_EQ(cmds[2].back(), "f2499");
+
+  const auto small = fieldDeadlineCommands("k", {"a", "b"}, 1);
+  ASSERT_EQ(small.size(), 2u);
+  EXPECT_EQ(small[1], (std::vector<std::string>{"HPEXPIRETIME", "k", "FIELDS", "1", "b"}));
+  EXPECT_TRUE(fieldDeadlineCommands("k", {}).empty());
+}
+
+TEST(FieldDeadlinesTest, ParseReplies) {
+  auto d = parseFieldDeadlines({integers({-1, 5}), integers({-2})}, 3);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(*d, (std::vector<int64_t>{-1, 5, -2}));
+  EXPECT_FALSE(parseFieldDeadlines({integers({-1, 5})}, 3).has_value());
+  EXPECT_FALSE(parseFieldDeadlines({error("WRONGTYPE x")}, 1).has_value());
+  EXPECT_FALSE(parseFieldDeadlines({array({bulk("x")})}, 1).has_value());
+  ASSERT_TRUE(parseFieldDeadlines({}, 0).has_value());
+}
+
+TEST(FieldDeadlinesTest, HashFields) {
+  EXPECT_EQ(hashFields(array({bulk("a"), bulk("1"), bulk("b"), bulk("2")})),
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(hashFields(bulk("x")).empty());
+}
+
+TEST(FieldDeadlinesTest, CompareUnderTheRules) {
+  const int64_t now = 1'000'000;
+  const DeadlineRules r{false, 0, 1000};
+  const std::vector<std::string> f = {"a", "b", "c", "d", "e", "g"};
+  // a equal, b within the tolerance, c other, d none on the target, e only on the target,
+  // g none on either.
+  const auto diffs =
+      compareFieldDeadlines(r, f, {now + 60'000, now + 60'000, now + 60'000, now + 60'000, -1, -1},
+                            {now + 60'000, now + 60'900, now + 62'000, -1, now + 60'000, -1}, now);
+  ASSERT_EQ(diffs.size(), 3u);
+  EXPECT_EQ(diffs[0].field, "c");
+  EXPECT_EQ(diffs[0].expected, now + 60'000);
+  EXPECT_EQ(diffs[1].field, "d");
+  EXPECT_EQ(diffs[1].target, -1);
+  EXPECT_EQ(diffs[2].field, "e");
+  EXPECT_EQ(diffs[2].expected, -1);
+}
+
+TEST(FieldDeadlinesTest, ShiftAppliesAndMaxTtlIsNoConcern) {
+  const int64_t now = 1'000'000;
+  const DeadlineRules shifted{false, 5000, 1000};
+  // Compensation: the target's deadline is the source's + Δ.
+  EXPECT_TRUE(compareFieldDeadlines(shifted, {"a"}, {now + 60'000}, {now + 65'000}, now).empty());
+  EXPECT_EQ(compareFieldDeadlines(shifted, {"a"}, {now + 60'000}, {now + 60'000}, now).size(), 1u);
+  // A field deadline earlier than the source's (as a key's max_ttl clamp would make) differs.
+  const DeadlineRules r{false, 0, 1000};
+  EXPECT_EQ(compareFieldDeadlines(r, {"a"}, {now + 3'600'000}, {now + 600'000}, now).size(), 1u);
+}
+
+TEST(FieldDeadlinesTest, StripTtlWantsNone) {
+  const int64_t now = 1'000'000;
+  const DeadlineRules strip{true, 0, 1000};
+  EXPECT_TRUE(compareFieldDeadlines(strip, {"a", "b"}, {now + 60'000, -1}, {-1, -1}, now).empty());
+  const auto d = compareFieldDeadlines(strip, {"a", "b"}, {now + 60'000, -1},
+                                       {now + 60'000, now + 60'000}, now);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].expected, -1);
+}
+
+TEST(FieldDeadlinesTest, PassedOrPassingSourceDeadlinesAndGoneFieldsAreNoDifference) {
+  const int64_t now = 1'000'000;
+  const DeadlineRules r{false, 0, 1000};
+  // Passed, passing within the tolerance, gone from the source (-2).
+  EXPECT_TRUE(compareFieldDeadlines(r, {"a", "b", "c"}, {now - 10, now + 1000, -2},
+                                    {-1, -2, now + 5000}, now)
+                  .empty());
+  // Just beyond the tolerance: compared.
+  EXPECT_EQ(compareFieldDeadlines(r, {"a"}, {now + 1001}, {-1}, now).size(), 1u);
+  // A field the target lacks while the source keeps it.
+  const auto d = compareFieldDeadlines(r, {"a", "b"}, {-1, now + 60'000}, {-2, -2}, now);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].target, -2);
+}
+
+TEST(FieldDeadlinesTest, Description) {
+  EXPECT_EQ(describeFieldDiffs({}), "");
+  EXPECT_EQ(describeFieldDiffs({{"b", 1700000000000, -1, 1700000000000}}),
+            "field \"b\": deadline: source 1700000000000, target none, expected 1700000000000");
+  const std::string many = describeFieldDiffs({{"a", -1, 5, -1},
+                                               {"b\n", 1, -2, 1},
+                                               {"c", 1, 2, 1},
+                                               {"d", 1, 2, 1},
+                                               {"e", 1, 2, 1},
+                                               {"f", 1, 2, 1},
+                                               {"g", 1, 2, 1}});
+  EXPECT_EQ(many,
+            "field \"a\": deadline: source none, target 5, expected none (and 6 more fields: "
+            "\"b\\x0a\", \"c\", \"d\", \"e\", \"f\", …)");
+}
+
+VectorElement element(std::string name, std::vector<std::string> vec, resp::Value attr = {}) {
+  std::vector<resp::Value> e;
+  for (auto& x : vec) e.push_back(bulk(std::move(x)));
+  return {std::move(name), array(std::move(e)), std::move(attr)};
+}
+
+TEST(VectorSetTest, EqualContentInAnyOrderAndSpelling) {
+  const auto a =
+      vectorSetValue(integer(2), integer(2),
+                     {element("x", {"0.5", "1"}, bulk("{\"i\":1}")), element("y", {"0.25", "-1"})});
+  const auto b = vectorSetValue(
+      integer(2), integer(2),
+      {element("y", {"0.250", "-1.0"}), element("x", {"5e-1", "1"}, bulk("{\"i\":1}"))});
+  EXPECT_EQ(a, b);
+}
+
+TEST(VectorSetTest, DifferencesNameTheElement) {
+  const auto src = vectorSetValue(integer(3), integer(2),
+                                  {element("e1", {"0.5", "1"}, bulk("{\"i\":1}")),
+                                   element("e2", {"0.25", "-1"}), element("e3", {"0", "0"})});
+  // e1's vector another.
+  auto t1 = vectorSetValue(integer(3), integer(2),
+                           {element("e1", {"0.9", "1"}, bulk("{\"i\":1}")),
+                            element("e2", {"0.25", "-1"}), element("e3", {"0", "0"})});
+  EXPECT_NE(src, t1);
+  EXPECT_EQ(describeVectorSetDifference(src, t1),
+            "vectorset differs: element \"e1\": vector: source [0.5, 1], target [0.9, 1] "
+            "(1 element differs)");
+  // e2 absent on the target.
+  auto t2 =
+      vectorSetValue(integer(2), integer(2),
+                     {element("e1", {"0.5", "1"}, bulk("{\"i\":1}")), element("e3", {"0", "0"})});
+  EXPECT_EQ(describeVectorSetDifference(src, t2),
+            "vectorset differs: VCARD: source 3, target 2; element \"e2\": absent on the target "
+            "(1 element differs)");
+  // e1's attribute another, e4 only on the target.
+  auto t3 =
+      vectorSetValue(integer(4), integer(2),
+                     {element("e1", {"0.5", "1"}, bulk("{\"i\":2}")), element("e2", {"0.25", "-1"}),
+                      element("e3", {"0", "0"}), element("e4", {"0", "0"})});
+  EXPECT_EQ(describeVectorSetDifference(src, t3),
+            "vectorset differs: VCARD: source 3, target 4; element \"e1\": attribute: source "
+            "\"{\"i\":1}\", target \"{\"i\":2}\" (2 elements differ)");
+  // Another dimension.
+  auto t4 = vectorSetValue(integer(3), integer(3), {});
+  EXPECT_NE(describeVectorSetDifference(src, t4).find("VDIM: source 2, target 3"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace xdcr::replicator::verify
