@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 
@@ -42,12 +46,16 @@ constexpr CommandSpec kCommands[] = {
     {"hincrbyfloat", E::InPlace, 1, 1, 1},
     // hash-field expiration (Redis 7.4+/8, Valkey 9): the forms a source propagates, field
     // deadlines already absolute (server-versions-notes.md §4). Key filters, rewrite, the db map
-    // and the clamp of the key's own deadline apply; the field deadlines are forwarded as they
-    // are (not yet stripped or compensated: issue 16).
-    {"hsetex", E::InPlace, 1, 1, 1},
-    {"hpexpireat", E::InPlace, 1, 1, 1},
+    // and the clamp of the key's own deadline apply; the field deadlines are translated or
+    // stripped (field_deadline, docs/hash-field-expiry.md).
+    {"hsetex", E::InPlace, 1, 1, 1, KeyLayout::Range, false, true},
+    {"hpexpireat", E::InPlace, 1, 1, 1, KeyLayout::Range, false, true},
     {"hpersist", E::InPlace, 1, 1, 1},
     {"hgetdel", E::InPlace, 1, 1, 1},  // Valkey 9 propagates it as is
+    // vector sets (Redis 8)
+    {"vadd", E::InPlace, 1, 1, 1},
+    {"vrem", E::InPlace, 1, 1, 1},
+    {"vsetattr", E::InPlace, 1, 1, 1},
     // lists
     {"lpush", E::InPlace, 1, 1, 1},
     {"rpush", E::InPlace, 1, 1, 1},
@@ -83,6 +91,8 @@ constexpr CommandSpec kCommands[] = {
     {"xclaim", E::InPlace, 1, 1, 1},
     {"xautoclaim", E::InPlace, 1, 1, 1},
     {"xsetid", E::InPlace, 1, 1, 1},
+    {"xdelex", E::InPlace, 1, 1, 1},   // Redis 8.2
+    {"xackdel", E::InPlace, 1, 1, 1},  // Redis 8.2
     // geo
     {"geoadd", E::InPlace, 1, 1, 1},
     // overwriting stores: the destination first, then the keys they read
@@ -146,6 +156,26 @@ class Table {
 
 }  // namespace
 
+namespace {
+
+/** Commands learned from sources' COMMAND replies (learnCommands), by lower-case name. Written
+ *  at session starts, read for every command the static table lacks. */
+struct Learned {
+  std::shared_mutex mutex;
+  std::unordered_map<std::string, CommandSpec> specs;
+  std::deque<std::string> names;  // stable storage for CommandSpec::name
+};
+Learned& learned() {
+  static Learned l;
+  return l;
+}
+
+bool inStaticTable(const CommandSpec* spec) {
+  return !std::less<>()(spec, std::begin(kCommands)) && std::less<>()(spec, std::end(kCommands));
+}
+
+}  // namespace
+
 void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t argc,
                   std::vector<uint16_t>& out) {
   const int n = static_cast<int>(argc);
@@ -203,13 +233,70 @@ bool isReplayUnsafe(const CommandSpec* spec) {
     }
     return f;
   }();
-  const auto i = static_cast<size_t>(spec - kCommands);
-  return i < flags.size() ? flags[i] : true;
+  // Learned commands (learnCommands): what they do is unknown, so their replay is unsafe.
+  if (!inStaticTable(spec)) return true;
+  return flags[static_cast<size_t>(spec - kCommands)];
 }
 
 const CommandSpec* lookupCommand(std::string_view name) {
   static const Table table;
-  return table.find(name);
+  if (const CommandSpec* spec = table.find(name)) return spec;
+  Learned& l = learned();
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](char ch) {
+    return (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+  });
+  std::shared_lock lock(l.mutex);
+  auto it = l.specs.find(lower);
+  return it == l.specs.end() ? nullptr : &it->second;
+}
+
+bool isLearned(const CommandSpec* spec) {
+  return spec != nullptr && !inStaticTable(spec);
+}
+
+size_t learnCommands(const std::vector<LearnedCommand>& commands) {
+  static const Table table;
+  Learned& l = learned();
+  std::unique_lock lock(l.mutex);
+  size_t added = 0;
+  for (const LearnedCommand& c : commands) {
+    // Only writes with keys at fixed positions; a command the table knows keeps its entry.
+    if (!c.write || c.first_key <= 0 || c.first_key > 127 || c.step <= 0 || c.step > 127 ||
+        c.last_key < -127 || c.last_key > 127 || table.find(c.name) != nullptr ||
+        l.specs.count(c.name) != 0) {
+      continue;
+    }
+    l.names.push_back(c.name);
+    CommandSpec spec{l.names.back(), Effect::InPlace, static_cast<int8_t>(c.first_key),
+                     static_cast<int8_t>(c.last_key), static_cast<int8_t>(c.step)};
+    l.specs.emplace(c.name, spec);
+    ++added;
+  }
+  return added;
+}
+
+std::vector<LearnedCommand> parseCommandReply(const resp::Value& reply) {
+  std::vector<LearnedCommand> out;
+  if (reply.type != resp::ReplyType::Array) return out;
+  for (const resp::Value& e : reply.elements) {
+    const auto& f = e.elements;
+    if (e.type != resp::ReplyType::Array || f.size() < 6 || f[0].str.empty() ||
+        f[2].type != resp::ReplyType::Array) {
+      continue;
+    }
+    LearnedCommand c;
+    c.name = f[0].str;
+    std::transform(c.name.begin(), c.name.end(), c.name.begin(), [](char ch) {
+      return (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+    });
+    for (const resp::Value& flag : f[2].elements) c.write = c.write || flag.str == "write";
+    c.first_key = static_cast<int>(f[3].integer);
+    c.last_key = static_cast<int>(f[4].integer);
+    c.step = static_cast<int>(f[5].integer);
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 }  // namespace xdcr::source

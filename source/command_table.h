@@ -4,8 +4,11 @@
 // relative expiries have already been rewritten to absolute ones by the source.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/resp_value.h"
 
 namespace xdcr::source {
 
@@ -54,6 +57,9 @@ struct CommandSpec {
   int8_t key_step;
   KeyLayout layout = KeyLayout::Range;
   bool dest_only = false;
+  /** HPEXPIREAT, HSETEX: the command states hash-field deadlines (hash-field-expiry.md): they
+   *  are translated by skew compensation and removed by strip_ttl. */
+  bool field_deadline = false;
 };
 
 /**
@@ -73,7 +79,29 @@ void keyPositions(const CommandSpec& spec, const std::string_view* args, size_t 
  */
 bool isReplayUnsafe(const CommandSpec* spec);
 
-/** The spec for a command name (any case), or nullptr for a command not in the table. */
+/** The spec for a command name (any case), or nullptr for a command not in the table (nor
+ *  learned). */
 const CommandSpec* lookupCommand(std::string_view name);
+
+/** A command as a source's `COMMAND` reply describes it (its legacy key triple). */
+struct LearnedCommand {
+  std::string name;  // lower case
+  bool write = false;
+  int first_key = 0, last_key = 0, step = 0;
+};
+
+/**
+ * Adds the write commands with keys at fixed positions that the table lacks, as in-place writes
+ * (Effect::InPlace: key filters, rewrite, the db map and the key clamp apply; their replay counts
+ * as unsafe). A newer source's commands then never pass with their keys unseen. Thread-safe;
+ * process-wide. Returns how many were added.
+ */
+size_t learnCommands(const std::vector<LearnedCommand>& commands);
+/** `spec` came from learnCommands(). */
+bool isLearned(const CommandSpec* spec);
+
+/** Parses a `COMMAND` reply (an array of [name, arity, flags, first, last, step, ...]);
+ *  malformed entries are skipped. */
+std::vector<LearnedCommand> parseCommandReply(const resp::Value& reply);
 
 }  // namespace xdcr::source

@@ -16,6 +16,7 @@
 
 #include "common/stats.h"
 #include "source/command_table.h"
+#include "source/rdb.h"
 #include "source/redis_source.h"
 
 namespace xdcr::source {
@@ -42,15 +43,19 @@ struct Event {
   // expired) and then by filters/ (false: not replicated to this pipeline's target).
   bool pass = true;
   bool stripped = false;  // strip_ttl removed a deadline / expiry change
+  // strip_ttl applies to hash-field deadlines too: the applier leaves them out of a snapshot
+  // key's rebuild and out of HPEXPIREAT / HSETEX (hash-field-expiry.md).
+  bool strip_field_ttls = false;
 };
 
 /** The value of one snapshot key: the RDB's raw value bytes, written as a RESTORE payload. */
 struct RdbPayload {
   uint8_t type = 0;
   std::string_view value;  // views the source's read buffer
-  int rdb_version = 0;
-  int64_t idle_s = -1;  // LRU idle time, -1 = none
-  int freq = -1;        // LFU frequency, -1 = none
+  int rdb_version = 0;     // the version a DUMP of it carries (rdb::payloadVersion)
+  int64_t idle_s = -1;     // LRU idle time, -1 = none
+  int freq = -1;           // LFU frequency, -1 = none
+  rdb::Flavor flavor = rdb::Flavor::Redis;  // whose type numbers `type` is
 };
 
 /** One decoded stream entry. */

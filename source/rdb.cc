@@ -32,9 +32,12 @@ const CrcTables& tables() {
 }
 
 // ---- opcodes and types (src/rdb.h) ----
-constexpr uint8_t kOpFunction2 = 0xF5, kOpFunctionPreGa = 0xF6, kOpModuleAux = 0xF7, kOpIdle = 0xF8,
-                  kOpFreq = 0xF9, kOpAux = 0xFA, kOpResizeDb = 0xFB, kOpExpireMs = 0xFC,
-                  kOpExpireS = 0xFD, kOpSelectDb = 0xFE, kOpEof = 0xFF;
+constexpr uint8_t kOpSlotInfo = 0xF4, kOpFunction2 = 0xF5, kOpFunctionPreGa = 0xF6,
+                  kOpModuleAux = 0xF7, kOpIdle = 0xF8, kOpFreq = 0xF9, kOpAux = 0xFA,
+                  kOpResizeDb = 0xFB, kOpExpireMs = 0xFC, kOpExpireS = 0xFD, kOpSelectDb = 0xFE,
+                  kOpEof = 0xFF;
+// Types 0-21 mean the same in every Redis and Valkey file (21: STREAM_LISTPACKS_3, RDB 11).
+constexpr uint8_t kLastRedisSharedType = 21;
 constexpr uint64_t kMaxStringLength = 1ULL << 32;  // far above proto-max-bulk-len
 constexpr uint64_t kMaxKeyLength = 512ULL << 20;
 constexpr uint64_t kLzfMaxExpansion = 88;
@@ -229,8 +232,8 @@ class Cursor {
     }
   }
 
-  /** Skips one value of `type` (redis-replication-notes.md §6.4). */
-  bool value(uint8_t type) {
+  /** Skips one value of `type` (redis-replication-notes.md §6.4) from a file of `flavor`. */
+  bool value(uint8_t type, Flavor flavor) {
     uint64_t n = 0;
     switch (type) {
       case 0:   // STRING
@@ -289,6 +292,7 @@ class Cursor {
       case 24: {  // HASH_METADATA (Redis 7.4+, RDB 12): a hashtable hash with field TTLs
         // minExpire (8 bytes), the field count, then per field: its TTL as a length (0: none,
         // else expireAt - minExpire + 1), the field, the value (redis/redis src/rdb.c).
+        if (flavor != Flavor::Redis) return fail("value type 24 in a Valkey file");
         if (!skip(8) || !count(n)) return false;
         for (uint64_t i = 0; i < n; ++i) {
           uint64_t ttl = 0;
@@ -298,7 +302,20 @@ class Cursor {
       }
       case 25:  // HASH_LISTPACK_EX (Redis 7.4+): minExpire (8 bytes), then a listpack of
                 // field, value, TTL triplets
+        if (flavor != Flavor::Redis) return fail("value type 25 in a Valkey file");
         return skip(8) && string();
+      case 22:  // Valkey 9 HASH_2: per field its name, value and an 8-byte expiry (-1: none)
+                // (valkey src/rdb.c rdbSaveObject). Redis's 22 was a 7.4 release candidate's.
+        if (flavor != Flavor::Valkey) {
+          return fail(
+              "value type 22 (a Redis 7.4 release candidate's hash with field TTLs) is "
+              "not supported");
+        }
+        if (!count(n)) return false;
+        for (uint64_t i = 0; i < n; ++i) {
+          if (!string() || !string() || !skip(8)) return false;
+        }
+        return true;
       case 6:
         return fail("module value of the old MODULE format (type 6) cannot be walked");
       default:
@@ -368,6 +385,12 @@ uint64_t crc64(uint64_t crc, const void* data, size_t n) {
   return crc;
 }
 
+int payloadVersion(const Walker& walker, uint8_t type) {
+  if (walker.flavor() == Flavor::Valkey && type <= kLastRedisSharedType)
+    return kLastSharedRdbVersion;
+  return walker.version();
+}
+
 Result Walker::finish(std::string_view data, size_t consumed) {
   crc_ = crc64(crc_, data.data(), consumed);
   offset_ += consumed;
@@ -403,14 +426,22 @@ Result Walker::next(std::string_view data, Item& item) {
   if (version_ == 0) {
     std::string_view magic;
     if (!c.bytes(9, magic)) return outcome(false);
+    // "REDIS0012", or Valkey 9's "VALKEY080" (valkey src/rdb.h: RDB 80 and up carry their own
+    // magic, since Valkey's type numbers above 21 are not Redis's).
+    const bool valkey = magic.substr(0, 6) == "VALKEY";
+    const size_t digits = valkey ? 6 : 5;
     int v = 0;
-    auto [p, ec] = std::from_chars(magic.data() + 5, magic.data() + 9, v);
-    if (magic.substr(0, 5) != "REDIS" || ec != std::errc() || p != magic.data() + 9 || v < 1 ||
-        v > 12) {
-      c.fail("not an RDB file (header \"" + std::string(magic) + "\")");
+    auto [p, ec] = std::from_chars(magic.data() + digits, magic.data() + 9, v);
+    const bool known = valkey ? v == kValkeyRdbVersion
+                              : magic.substr(0, 5) == "REDIS" && v >= 1 && v <= kMaxRedisRdbVersion;
+    if (ec != std::errc() || p != magic.data() + 9 || !known) {
+      c.fail("not an RDB file this agent can read (header \"" + std::string(magic) +
+             "\"; it reads REDIS0001 to REDIS00" + std::to_string(kMaxRedisRdbVersion) +
+             " and VALKEY0" + std::to_string(kValkeyRdbVersion) + ")");
       return outcome(false);
     }
     version_ = v;
+    flavor_ = valkey ? Flavor::Valkey : Flavor::Redis;
     item.kind = ItemKind::Header;
     return outcome(true);
   }
@@ -450,6 +481,12 @@ Result Walker::next(std::string_view data, Item& item) {
         item.db = db_;
       }
       return res;
+    }
+    case kOpSlotInfo: {
+      // A cluster node's per-slot sizes (Redis 7.4+, Valkey 8+): slot, keys, keys with a TTL.
+      item.kind = ItemKind::ModuleAux;
+      uint64_t v = 0;
+      return outcome(c.length(v) && c.length(v) && c.length(v));
     }
     case kOpResizeDb:
       item.kind = ItemKind::ResizeDb;
@@ -509,7 +546,7 @@ Result Walker::next(std::string_view data, Item& item) {
         return outcome(false);
       }
       size_t value_start = c.pos();
-      bool ok = c.value(op);
+      bool ok = c.value(op, flavor_);
       pending_expire_ = 0, pending_idle_ = -1, pending_freq_ = -1;
       if (ok) item.value = data.substr(value_start, c.pos() - value_start);
       return outcome(ok);

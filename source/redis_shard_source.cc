@@ -74,7 +74,8 @@ net::awaitable<Result<size_t>> RedisShardSource::data(std::string_view available
     uint64_t announced = 0;
     switch (item.kind) {
       case rdb::ItemKind::Key: {
-        payload_ = RdbPayload{item.type, item.value, walker_.version(), item.idle_s, item.freq};
+        payload_ = RdbPayload{item.type,   item.value, rdb::payloadVersion(walker_, item.type),
+                              item.idle_s, item.freq,  walker_.flavor()};
         snapshot_unit_.transaction = false;
         snapshot_unit_.snapshot = true;
         snapshot_unit_.offset_end = redis_.position().offset;

@@ -1,9 +1,12 @@
 #include "source/redis_source.h"
 
+#include <atomic>
 #include <charconv>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "source/command_table.h"
 
 namespace xdcr::source {
 namespace {
@@ -14,6 +17,8 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 // writes: be patient, like Redis's own repl-timeout (60 s).
 constexpr auto kSyncTimeout = std::chrono::seconds(60);
 constexpr size_t kEofMarkLength = 40;
+// The replica version announced to a Valkey source (REPLCONF version): 9.0.0 reads RDB 80.
+constexpr const char* kAnnouncedVersion = "9.0.0";
 
 bool parseU64(std::string_view s, uint64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -46,14 +51,25 @@ net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, Snap
           r->has_error ? r->text : (r->elements.empty() ? "?" : r->elements[0]), role_, role_)));
     }
   }
+  if (auto s = co_await learnSourceCommands(); !s) co_return fail(s.error());
   std::vector<std::vector<std::string_view>> handshake;
   handshake.push_back({"PING"});
   handshake.push_back({"REPLCONF", "listening-port", "0"});
   handshake.push_back({"REPLCONF", "capa", "eof", "capa", "psync2"});
+  // What this agent reads, said as a replica of that version would (Valkey src/replication.c
+  // replicaRdbVersion): Valkey 9 then sends RDB 80 (VALKEY080), the only format in which it can
+  // write a hash with field TTLs; to a replica that says nothing it sends RDB 11 and aborts the
+  // whole snapshot at the first such hash (server-versions-notes.md §3.2). Redis has no such
+  // option and answers with an error, which changes nothing: ignored.
+  handshake.push_back({"REPLCONF", "version", kAnnouncedVersion});
   for (auto& args : handshake) {
     std::string name(args.front());
     auto r = co_await conn_.call(args, kHandshakeTimeout);
     if (!r) co_return fail(r.error());
+    if (r->has_error && args[1] == "version" && r->text.find("NOPERM") == std::string::npos &&
+        r->text.find("NOAUTH") == std::string::npos) {
+      continue;
+    }
     if (r->has_error) {
       auto kind = (r->text.rfind("NOAUTH", 0) == 0 || r->text.rfind("NOPERM", 0) == 0)
                       ? Error::Kind::Auth
@@ -116,6 +132,33 @@ net::awaitable<Result<SyncKind>> RedisSource::start(const Position* resume, Snap
                     label, reply.substr(1))));
   }
   co_return fail(Error::refused(fmt::format("{}: PSYNC refused: \"{}\"", label, reply)));
+}
+
+net::awaitable<Status> RedisSource::learnSourceCommands() {
+  // The source's own command table: the write commands ours lacks (a newer server's) become
+  // in-place writes with their key positions, so filters and key_rewrite never miss their keys
+  // (command_table.h learnCommands). Without +command (or before AUTH is configured right) the
+  // static table is all there is: said once.
+  const std::vector<std::vector<std::string>> ask = {{"COMMAND"}};
+  auto r = co_await conn_.callMany(ask, kHandshakeTimeout);
+  if (!r) co_return fail(r.error());
+  const resp::Value& reply = (*r)[0];
+  if (reply.isError()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      spdlog::warn(
+          "{}: COMMAND refused ({}): commands newer than this agent's table pass without their "
+          "keys being seen by filters and key_rewrite; grant the replication user +command",
+          conn_.label(), reply.str);
+    }
+    co_return Status{};
+  }
+  const size_t added = learnCommands(parseCommandReply(reply));
+  if (added > 0) {
+    spdlog::info("{}: {} write command(s) learned from the source's COMMAND table", conn_.label(),
+                 added);
+  }
+  co_return Status{};
 }
 
 net::awaitable<Status> RedisSource::receiveSnapshot(SnapshotSink& sink) {

@@ -151,6 +151,8 @@ class RedisSource {
   void cancel() { conn_.cancel(); }
 
  private:
+  /** COMMAND on the source: learnCommands() (command_table.h). */
+  net::awaitable<Status> learnSourceCommands();
   net::awaitable<Status> receiveSnapshot(SnapshotSink& sink);
 
   const config::ClusterConfig& cluster_;

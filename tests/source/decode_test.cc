@@ -150,5 +150,53 @@ TEST(Decode, MalformedCommandsAreForwardedAsUnknown) {
   EXPECT_FALSE(decodeEntry(missing.entry, 0, kNow, ch, &problem));
 }
 
+// A newer source's write commands, learned from its COMMAND reply (issue 16 point 5): their
+// keys are seen (filters, key_rewrite) and their replay counts as unsafe.
+TEST(Decode, CommandsLearnedFromTheSourcesCommandTable) {
+  auto value = [](resp::ReplyType type, std::string str = "", int64_t integer = 0) {
+    resp::Value v;
+    v.type = type;
+    v.str = std::move(str);
+    v.integer = integer;
+    return v;
+  };
+  auto entry = [&](std::string name, std::string flag, int64_t first, int64_t last, int64_t step) {
+    resp::Value flags = value(resp::ReplyType::Array);
+    flags.elements.push_back(value(resp::ReplyType::SimpleString, std::move(flag)));
+    resp::Value e = value(resp::ReplyType::Array);
+    e.elements = {value(resp::ReplyType::Bulk, std::move(name)),
+                  value(resp::ReplyType::Integer, "", -3),
+                  flags,
+                  value(resp::ReplyType::Integer, "", first),
+                  value(resp::ReplyType::Integer, "", last),
+                  value(resp::ReplyType::Integer, "", step),
+                  value(resp::ReplyType::Array)};
+    return e;
+  };
+  resp::Value reply = value(resp::ReplyType::Array);
+  reply.elements = {entry("XTESTWRITE", "write", 1, 1, 1),    // learned
+                    entry("xtestread", "readonly", 1, 1, 1),  // a read: not learned
+                    entry("xtestpair", "write", 1, -1, 2),    // MSET-like: keys every 2nd
+                    entry("xtestmovable", "write", 0, 0, 0),  // movable keys: not learned
+                    entry("set", "write", 1, 1, 1)};          // known: the table's entry stays
+  EXPECT_EQ(learnCommands(parseCommandReply(reply)), 2u);
+  EXPECT_EQ(learnCommands(parseCommandReply(reply)), 0u) << "learned twice";
+
+  const Change w = decode(Cmd({"XTestWrite", "k", "arg"}));
+  EXPECT_EQ(w.effect, Effect::InPlace);
+  ASSERT_EQ(w.events.size(), 1u);
+  EXPECT_EQ(w.events[0].key, "k");
+  EXPECT_TRUE(isLearned(w.spec));
+  EXPECT_TRUE(isReplayUnsafe(w.spec));
+  const Change p = decode(Cmd({"xtestpair", "a", "1", "b", "2"}));
+  ASSERT_EQ(p.events.size(), 2u);
+  EXPECT_EQ(p.events[1].key, "b");
+  EXPECT_EQ(decode(Cmd({"xtestread", "k"})).effect, Effect::Unknown);
+  EXPECT_EQ(decode(Cmd({"xtestmovable", "k"})).effect, Effect::Unknown);
+  EXPECT_EQ(decode(Cmd({"SET", "k", "v"})).effect, Effect::Set);
+  EXPECT_FALSE(isLearned(lookupCommand("set")));
+  EXPECT_FALSE(isReplayUnsafe(lookupCommand("set")));
+}
+
 }  // namespace
 }  // namespace xdcr::source
