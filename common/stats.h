@@ -109,6 +109,12 @@ constexpr size_t idx(E e) {
                "Full-sync keys, by result.")                                                       \
   COUNTER_PART(snapshot_keys_failed, "result", "failed", "xdcr_snapshot_keys_total", "",           \
                "Full-sync keys, by result.")                                                       \
+  /* rebuilt: written as commands, the target being unable to take the source's payload */         \
+  COUNTER_PART(snapshot_keys_rebuilt, "result", "rebuilt", "xdcr_snapshot_keys_total", "",         \
+               "Full-sync keys, by result.")                                                       \
+  COUNTER(field_ttls_dropped, "xdcr_field_ttls_dropped_total", "",                                 \
+          "Hash-field deadlines not written because the target cannot store field TTLs (Redis "    \
+          "before 7.4, Valkey before 9).")                                                         \
   /* kind: the first word of the error reply */                                                    \
   COUNTER_BY_KEY(target_errors_by_kind, "kind", "xdcr_target_errors_total", "",                    \
                  "Error replies from the target, by kind.")                                        \

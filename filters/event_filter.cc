@@ -61,6 +61,7 @@ void EventFilter::judgeKeyEvent(source::Change& c, source::Event& ev) {
       ev.deadline_ms = 0;
       ++stats_.expiry_stripped;
     }
+    ev.strip_field_ttls = filters_.strip_ttl;
     return;
   }
   if (c.effect == Effect::Delete) {
@@ -115,6 +116,7 @@ void EventFilter::judgeKeyEvent(source::Change& c, source::Event& ev) {
     }
   }
 
+  ev.strip_field_ttls = filters_.strip_ttl;
   if (filters_.strip_ttl) {
     // strip_ttl sets E = 0 (§6). SET ... KEEPTTL has no E — it keeps the target's own deadline
     // (§4) — so it stays as it is.

@@ -44,7 +44,8 @@ struct SnapshotProgress {
   uint64_t keys_total = 0;  // from RESIZEDB (0 = unknown yet)
   uint64_t bytes_done = 0;
   uint64_t bytes_total = 0;  // 0 = unknown (diskless framing)
-  uint64_t restored = 0;
+  uint64_t restored = 0;     // copied: RESTOREd or rebuilt
+  uint64_t rebuilt = 0;      // of those, written as commands
   uint64_t expired = 0;
   uint64_t filtered = 0;
   uint64_t failed = 0;

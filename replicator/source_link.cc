@@ -1261,26 +1261,36 @@ net::awaitable<Status> SourceLink::endSnapshot() {
     const target::SnapshotCounts& c = m.sink->snapshotCounts();
     pr.active = false;
     pr.seconds = secs;
-    pr.restored = c.restored;
+    pr.restored = c.restored + c.rebuilt;
+    pr.rebuilt = c.rebuilt;
     pr.expired = c.expired;
     pr.filtered = c.filtered;
     pr.failed = c.failed;
     PipelineStats& st = m.p->mutableStats();
     st.snapshot_keys_restored += c.restored;
+    st.snapshot_keys_rebuilt += c.rebuilt;
     st.snapshot_keys_expired += c.expired;
+    // "N keys" are the keys copied, RESTOREd or written as commands.
+    const std::string rebuilt = c.rebuilt > 0
+                                    ? fmt::format(
+                                          " ({} written as commands: the target cannot RESTORE the "
+                                          "source's payloads)",
+                                          c.rebuilt)
+                                    : std::string();
     if (c.failed > 0) {
       // Said in the last line too: the keys are NOT on the target (each was logged above).
       spdlog::warn(
           "pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} bytes "
-          "in {:.1f} s; {} key(s) NOT copied (see the errors above; "
+          "in {:.1f} s{}; {} key(s) NOT copied (see the errors above; "
           "xdcr_snapshot_keys_total{{result=\"failed\"}})",
-          m.p->name(), c.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs, c.failed);
+          m.p->name(), pr.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs, rebuilt,
+          c.failed);
       continue;
     }
     spdlog::info(
         "pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} "
-        "bytes in {:.1f} s",
-        m.p->name(), c.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs);
+        "bytes in {:.1f} s{}",
+        m.p->name(), pr.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs, rebuilt);
   }
   co_return Status{};
 }

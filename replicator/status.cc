@@ -83,8 +83,8 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
     pj["full_sync"] = {{"active", fs.active},           {"keys_done", fs.keys_done},
                        {"keys_total", fs.keys_total},   {"bytes_done", fs.bytes_done},
                        {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
-                       {"expired", fs.expired},         {"failed", fs.failed},
-                       {"seconds", fs.seconds}};
+                       {"rebuilt", fs.rebuilt},         {"expired", fs.expired},
+                       {"failed", fs.failed},           {"seconds", fs.seconds}};
     pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
     pj["last_error"] = p->lastError();
     return pj;

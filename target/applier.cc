@@ -264,7 +264,11 @@ void Applier::apply(const source::Change& c) {
       const Event& first = c.events.front();
       Dest d0 = dest(first.db, first.key);
       ensureDb(d0.db);
-      forward(c, true);
+      if (c.spec != nullptr && c.spec->field_deadline) {
+        forwardFieldDeadline(c, first);
+      } else {
+        forward(c, true);
+      }
       stats_.count(WriteOp::Other);
       for (const auto& ev : c.events) {
         if (!ev.pass) continue;
@@ -335,6 +339,7 @@ void Applier::apply(const source::Change& c) {
     }
     case Effect::SnapshotKey:
       applySnapshotKey(c, c.events.front(), now);
+      needs_atomic = entry_cmds_ > 1;  // a rebuild: no reader sees the key half built
       break;
     case Effect::Select:
     case Effect::Multi:
@@ -499,6 +504,16 @@ void Applier::applyFlush(const source::Change& c) {
   stats_.count(WriteOp::Other);
 }
 
+bool Applier::needsRebuild(const source::RdbPayload& rdb, const Event& ev) const {
+  const bool valkey = rdb.flavor == source::rdb::Flavor::Valkey;
+  if (!server_.acceptsPayload(rdb.rdb_version, valkey)) return true;
+  if (restorePayloadSize(rdb.value.size()) > max_bulk_) return true;
+  // A hash that may hold field TTLs: Redis 7.4+'s HASH_METADATA / HASH_LISTPACK_EX, Valkey 9's
+  // HASH_2. Inside a payload they cannot be translated or removed.
+  const bool field_ttls = valkey ? rdb.type == 22 : rdb.type == 24 || rdb.type == 25;
+  return field_ttls && (ev.strip_field_ttls || compensation_ms_ != 0 || !server_.fieldTtls());
+}
+
 void Applier::applySnapshotKey(const source::Change& c, const Event& ev, int64_t now) {
   const source::RdbPayload& rdb = *c.rdb;
   Dest d = dest(ev.db, ev.key);
@@ -508,6 +523,12 @@ void Applier::applySnapshotKey(const source::Change& c, const Event& ev, int64_t
     // Already expired (on the source, or by the target's maxTTL): never a live copy here.
     setDeadline(d, t, now, false);
     snapshot_write_ = SnapshotWrite::Expired;
+    return;
+  }
+  if (needsRebuild(rdb, ev)) {
+    snapshot_error_.clear();
+    snapshot_write_ = SnapshotWrite::Rebuilt;
+    if (!rebuildSnapshotKey(rdb, ev, d, t, now)) snapshot_write_ = SnapshotWrite::Failed;
     return;
   }
   snapshot_write_ = SnapshotWrite::Restored;

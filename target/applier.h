@@ -17,9 +17,11 @@
 #include <string>
 
 #include "clock/clock.h"
+#include "common/server_info.h"
 #include "common/stats.h"
 #include "filters/key_space.h"
 #include "source/event.h"
+#include "source/rdb_value.h"
 #include "target/max_ttl.h"
 
 namespace xdcr::target {
@@ -41,9 +43,28 @@ class Applier {
   /** Appends the unit's target commands to `out`; returns how many commands (= replies). */
   size_t finishUnit(std::string& out);
 
-  enum class SnapshotWrite { Restored, Expired };
+  enum class SnapshotWrite {
+    Restored,  // RESTORE
+    Rebuilt,   // written as commands (rebuild.cc): the target cannot take the payload
+    Expired,   // DEL: its deadline (or every field's) had passed
+    Failed,    // nothing written: lastSnapshotError() says why
+  };
   /** What the last snapshot key applied became. */
   SnapshotWrite lastSnapshotWrite() const { return snapshot_write_; }
+  const std::string& lastSnapshotError() const { return snapshot_error_; }
+
+  /**
+   * The target server (INFO server) and its proto-max-bulk-len, known once connected. A
+   * snapshot key is RESTOREd when the target takes its payload whole; otherwise — a target
+   * older than the source, a payload over the bulk limit, field TTLs to translate or strip —
+   * it is rebuilt from commands (hash-field-expiry.md, rebuild.cc). Field deadlines are left
+   * out, and counted, where the target cannot store them.
+   */
+  void setTarget(const ServerInfo& server, uint64_t max_bulk) {
+    server_ = server;
+    max_bulk_ = max_bulk;
+  }
+  const ServerInfo& targetServer() const { return server_; }
   /**
    * The target-loss marker (target/marker.h): `SET key token GET` in target db 0, in order after
    * everything before it. Call between beginUnit(false) and finishUnit().
@@ -106,10 +127,34 @@ class Applier {
   void endEntry(bool needs_atomic);
 
   void applySnapshotKey(const source::Change& c, const source::Event& ev, int64_t now);
+  /** RESTORE cannot carry this key to this target as it is (see setTarget). */
+  bool needsRebuild(const source::RdbPayload& rdb, const source::Event& ev) const;
+
+  // rebuild.cc: a snapshot key as commands, and the hash-field deadlines of stream commands.
+  /** Appends DEL + the commands that recreate the key + its deadline `t`; false (nothing
+   *  appended) with snapshot_error_ set when the value cannot be decoded or sent. */
+  bool rebuildSnapshotKey(const source::RdbPayload& rdb, const source::Event& ev, const Dest& d,
+                          int64_t t, int64_t now);
+  /** `name key items...` in commands of at most kRebuildBatch items / max-bulk bytes each. */
+  void batched(std::string_view name, const Dest& d, const std::vector<std::string_view>& items,
+               size_t per_item);
+  void rebuildString(const Dest& d, std::string_view v);
+  void rebuildHash(const Dest& d, const std::vector<source::rdb::HashField>& fields,
+                   const source::Event& ev, int64_t now);
+  void rebuildStream(const Dest& d, const source::rdb::Stream& s);
+  /** HPEXPIREAT / HSETEX (CommandSpec::field_deadline): forwarded with their field deadline
+   *  translated (compensation), or without it (strip_ttl, or a target without field TTLs). */
+  void forwardFieldDeadline(const source::Change& c, const source::Event& ev);
 
   const MaxTtlPolicy& policy_;
   const filters::KeySpace& keys_;
   SnapshotWrite snapshot_write_ = SnapshotWrite::Restored;
+  std::string snapshot_error_;
+  ServerInfo server_;
+  uint64_t max_bulk_ = 512ULL << 20;
+  source::rdb::Value value_;             // a decoded snapshot value (rebuild), reused
+  std::vector<std::string_view> items_;  // arguments of a batched command (rebuild)
+  std::vector<std::string> numbers_;     // formatted scores and ids they view (rebuild)
   const clock::ClusterClock& target_clock_;
   PipelineStats& stats_;
   int64_t compensation_ms_ = 0;

@@ -164,6 +164,12 @@ bool ClusterSink::overLimits(bool snapshot) const {
          target_.pendingBytes() > limits_.max_unanswered_bytes;
 }
 
+net::awaitable<Status> ClusterSink::connect() {
+  if (auto s = co_await target_.connect(); !s) co_return s;
+  applier_.setTarget(target_.server(), target_.maxBulkLength());
+  co_return Status{};
+}
+
 void ClusterSink::apply(const source::ResolvedUnit& unit, bool write) {
   scratch_.clear();
   if (unit.snapshot) {
@@ -175,26 +181,32 @@ void ClusterSink::apply(const source::ResolvedUnit& unit, bool write) {
         ++counts_.filtered;
         continue;
       }
-      const size_t payload = Applier::restorePayloadSize(c.rdb->value.size());
-      if (payload > target_.maxBulkLength()) {
-        ++counts_.failed;
-        ++stats_.snapshot_keys_failed;
-        uint64_t suppressed = 0;
-        if (fail_log_.allow(suppressed)) {
-          spdlog::error(
-              "{}: key \"{}\" is {} bytes, over the target's proto-max-bulk-len of {}: NOT "
-              "copied; raise proto-max-bulk-len on every master and restart the agent to retry",
-              label_, ev.key, payload, target_.maxBulkLength());
-        }
-        continue;
-      }
       applier_.beginUnit(false);
       applier_.apply(judged_);
       applier_.finishUnit(scratch_);
-      if (applier_.lastSnapshotWrite() == Applier::SnapshotWrite::Expired) {
-        ++counts_.expired;
-      } else {
-        ++counts_.restored;
+      using W = Applier::SnapshotWrite;
+      switch (applier_.lastSnapshotWrite()) {
+        case W::Expired:
+          ++counts_.expired;
+          break;
+        case W::Restored:
+          ++counts_.restored;
+          break;
+        case W::Rebuilt:
+          ++counts_.rebuilt;
+          break;
+        case W::Failed: {
+          ++counts_.failed;
+          ++stats_.snapshot_keys_failed;
+          ++stats_.target_write_failures["unwritable"];
+          uint64_t suppressed = 0;
+          if (fail_log_.allow(suppressed)) {
+            spdlog::error("{}: snapshot key \"{}\" NOT copied: {}{}", label_, ev.key,
+                          applier_.lastSnapshotError(),
+                          suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+          }
+          break;
+        }
       }
     }
     route(unit, write);

@@ -55,7 +55,8 @@ class ClusterSink final : public Sink {
               const Limits& limits, PipelineStats& stats);
 
   // Sink
-  net::awaitable<Status> connect() override { return target_.connect(); }
+  /** Connects, and tells the applier what the masters can take (Applier::setTarget). */
+  net::awaitable<Status> connect() override;
   net::awaitable<Status> run() override { return target_.run(); }
   void close() override { target_.close(); }
   net::awaitable<Result<MarkerState>> readMarkers(

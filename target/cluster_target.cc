@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -103,6 +104,12 @@ net::awaitable<Status> ClusterTarget::connectNode(Node& n) {
                                    cfg->elements[1].data() + cfg->elements[1].size(), v);
     if (ec == std::errc() && v > 0) max_bulk_ = std::min(max_bulk_, v);
   }
+  // Which snapshot payloads it takes, whether it stores field TTLs. A user without +info gets
+  // an error: unknown, then RESTORE is tried and a refusal counted.
+  const std::vector<std::vector<std::string>> info = {{"INFO", "server"}};
+  auto inf = co_await n.conn->callMany(info, kConnectTimeout);
+  if (!inf) co_return fail(inf.error());
+  n.server = (*inf)[0].isError() ? ServerInfo{} : ServerInfo::parse((*inf)[0].str);
   co_return Status{};
 }
 
@@ -123,8 +130,14 @@ net::awaitable<Status> ClusterTarget::connect() {
     if (auto s = co_await connectNode(n); !s) co_return s;
     master_node_.push_back(static_cast<int>(std::find(node_index_.begin(), node_index_.end(), &n) -
                                             node_index_.begin()));
+    if (master_node_.size() == 1 || oldest(n.server, server_)) server_ = n.server;
   }
   co_return Status{};
+}
+
+bool ClusterTarget::oldest(const ServerInfo& a, const ServerInfo& b) {
+  if (!a.known || !b.known) return !a.known;
+  return std::tie(a.major, a.minor, a.patch) < std::tie(b.major, b.minor, b.patch);
 }
 
 void ClusterTarget::append(Node& n, Part part, std::string_view bytes) {

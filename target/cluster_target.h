@@ -53,6 +53,7 @@
 #include "common/logging.h"
 #include "common/notify.h"
 #include "common/redis_conn.h"
+#include "common/server_info.h"
 #include "common/stats.h"
 #include "config/config.h"
 #include "target/slot_map.h"
@@ -69,6 +70,8 @@ class ClusterTarget {
    *  proto-max-bulk-len. */
   net::awaitable<Status> connect();
   uint64_t maxBulkLength() const { return max_bulk_; }
+  /** The oldest of the masters (INFO server at connect): what every key's write must suit. */
+  const ServerInfo& server() const { return server_; }
   /** The slot map in force (the masters' indexes are those of appendToNode()). */
   const SlotMap& slotMap() const { return map_; }
 
@@ -137,9 +140,12 @@ class ClusterTarget {
     Part part;
     std::string bytes;
   };
+  /** `a` is older than `b` (an unknown server counts as the oldest: nothing is assumed). */
+  static bool oldest(const ServerInfo& a, const ServerInfo& b);
   struct Node {
     ClusterNode addr;
     std::unique_ptr<RedisConnection> conn;
+    ServerInfo server;
     std::string pending;              // bytes not yet handed to the writer
     std::deque<std::string> batches;  // written (or being written), kept until answered
     uint64_t first_batch = 0;         // id of batches.front()
@@ -202,6 +208,7 @@ class ClusterTarget {
   uint64_t inflight_commands_ = 0;
   size_t pending_bytes_ = 0;
   uint64_t max_bulk_ = 512ULL << 20;
+  ServerInfo server_;
   std::vector<Resend> resends_;  // redirected parts, in the order they were answered
   std::vector<uint8_t> fenced_;  // per slot: a multi-key part of it is sent, not yet answered
   std::deque<Held> held_;        // parts behind a fence, in the order they came

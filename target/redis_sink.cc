@@ -87,6 +87,12 @@ bool RedisSink::overLimits(bool snapshot) const {
          target_.pendingBytes() > limits_.max_unanswered_bytes;
 }
 
+net::awaitable<Status> RedisSink::connect() {
+  if (auto s = co_await target_.connect(); !s) co_return s;
+  applier_.setTarget(target_.server(), target_.maxBulkLength());
+  co_return Status{};
+}
+
 void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
   if (unit.snapshot) {
     for (const auto& c : unit.view()) applySnapshotKey(c);
@@ -187,52 +193,55 @@ void RedisSink::applySnapshotKey(const source::Change& c) {
     return;
   }
   if (record_keys_) snapshot_keys_.add(ev.db, ev.key);
-  const size_t payload = Applier::restorePayloadSize(c.rdb->value.size());
-  if (payload > target_.maxBulkLength()) {
-    ++counts_.failed;
-    ++stats_.snapshot_keys_failed;
-    uint64_t suppressed = 0;
-    if (fail_log_.allow(suppressed)) {
-      spdlog::error(
-          "{}: key \"{}\" (db {}) is {} bytes, over the target's proto-max-bulk-len of "
-          "{}: NOT copied; raise proto-max-bulk-len on the target and restart the agent "
-          "to retry{}",
-          label_, ev.key, ev.db, payload, target_.maxBulkLength(),
-          suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
-    }
-    return;
-  }
   applier_.beginUnit(false);
   applier_.apply(judged_);
   // The whole snapshot stands at the FULLRESYNC offset: acknowledging it moves nothing.
   target_.commit(applier_.finishUnit(target_.pending()), target_.ackedOffset());
-  if (applier_.lastSnapshotWrite() == Applier::SnapshotWrite::Expired) {
+  using W = Applier::SnapshotWrite;
+  const W write = applier_.lastSnapshotWrite();
+  if (write == W::Expired) {
     ++counts_.expired;
     return;
   }
-  // Restored once the target said so: its RESTORE (the unit's last command) can be refused, e.g.
-  // by an older server that cannot read the source's payload version (server-versions-notes.md
-  // §3.3). Then it counts as failed, never as restored (the full sync's last line and /status
-  // show it), and is logged with the key.
-  ++counts_.restored;
-  target_.onReply(
-      target_.committedCommands(),
-      [this, key = std::string(ev.key), db = ev.db](const resp::ReplyInfo& reply) -> Status {
-        if (!reply.has_error) return Status{};
-        --counts_.restored;
-        ++counts_.failed;
-        ++stats_.snapshot_keys_failed;
-        ++stats_.target_write_failures["rejected"];
-        uint64_t suppressed = 0;
-        if (fail_log_.allow(suppressed)) {
-          spdlog::error(
-              "{}: the target refused snapshot key \"{}\" (db {}): {}: NOT copied "
-              "(counted in xdcr_target_write_failures_total{{reason=\"rejected\"}}){}",
-              label_, key, db, reply.text,
-              suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
-        }
-        return Status{};
-      });
+  if (write == W::Failed) {
+    ++counts_.failed;
+    ++stats_.snapshot_keys_failed;
+    ++stats_.target_write_failures["unwritable"];
+    uint64_t suppressed = 0;
+    if (fail_log_.allow(suppressed)) {
+      spdlog::error("{}: snapshot key \"{}\" (db {}) NOT copied: {}{}", label_, ev.key, ev.db,
+                    applier_.lastSnapshotError(),
+                    suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+    }
+    return;
+  }
+  // Copied once the target said so: its RESTORE (the unit's last command), or the EXEC of its
+  // rebuild, can be refused, e.g. by an older server that cannot read the source's payload
+  // version (server-versions-notes.md §3.3). Then it counts as failed, never as copied (the
+  // full sync's last line and /status show it), and is logged with the key.
+  const bool rebuilt = write == W::Rebuilt;
+  ++(rebuilt ? counts_.rebuilt : counts_.restored);
+  target_.onReply(target_.committedCommands(),
+                  [this, rebuilt, key = std::string(ev.key),
+                   db = ev.db](const resp::ReplyInfo& reply) -> Status {
+                    if (!reply.has_error) return Status{};
+                    --(rebuilt ? counts_.rebuilt : counts_.restored);
+                    snapshotKeyRefused(key, db, reply.text);
+                    return Status{};
+                  });
+}
+
+void RedisSink::snapshotKeyRefused(const std::string& key, int db, const std::string& why) {
+  ++counts_.failed;
+  ++stats_.snapshot_keys_failed;
+  ++stats_.target_write_failures["rejected"];
+  uint64_t suppressed = 0;
+  if (fail_log_.allow(suppressed)) {
+    spdlog::error(
+        "{}: the target refused snapshot key \"{}\" (db {}): {}: NOT copied "
+        "(counted in xdcr_target_write_failures_total{{reason=\"rejected\"}}){}",
+        label_, key, db, why, suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+  }
 }
 
 net::awaitable<Result<uint64_t>> RedisSink::deleteStaleKeys(uint64_t offset) {

@@ -34,7 +34,8 @@ class RedisSink final : public Sink {
             const Limits& limits, PipelineStats& stats);
 
   // Sink
-  net::awaitable<Status> connect() override { return target_.connect(); }
+  /** Connects, and tells the applier what the target server can take (Applier::setTarget). */
+  net::awaitable<Status> connect() override;
   net::awaitable<Status> run() override;
   void close() override { target_.close(); }
   net::awaitable<Result<MarkerState>> readMarkers(
@@ -60,6 +61,8 @@ class RedisSink final : public Sink {
 
  private:
   void applySnapshotKey(const source::Change& c);
+  /** A snapshot key's RESTORE or rebuild that the target answered with an error. */
+  void snapshotKeyRefused(const std::string& key, int db, const std::string& why);
   /** Redis Sentinel: returns an error (ending run()) once the master moves away from the node
    *  the writer is connected to. */
   net::awaitable<Status> followMaster();

@@ -61,6 +61,12 @@ net::awaitable<Status> RedisTarget::connect() {
                                    cfg->elements[1].data() + cfg->elements[1].size(), v);
     if (ec == std::errc() && v > 0) max_bulk_ = v;
   }
+  // Which snapshot payloads it takes, whether it stores field TTLs. A user without +info gets
+  // an error: unknown, then RESTORE is tried and a refusal counted.
+  const std::vector<std::vector<std::string>> info = {{"INFO", "server"}};
+  auto inf = co_await conn_.callMany(info, kConnectTimeout);
+  if (!inf) co_return fail(inf.error());
+  server_ = (*inf)[0].isError() ? ServerInfo{} : ServerInfo::parse((*inf)[0].str);
   wait_replicas_ = 0;
   if (cluster_.isSentinel()) {
     // Does the master have a replica to wait for, and may this user WAIT?

@@ -30,6 +30,7 @@
 #include "common/logging.h"
 #include "common/notify.h"
 #include "common/redis_conn.h"
+#include "common/server_info.h"
 #include "common/stats.h"
 #include "config/config.h"
 
@@ -54,6 +55,8 @@ class RedisTarget {
   const RedisEndpoint& node() const { return node_; }
   /** The largest bulk string the target accepts (its proto-max-bulk-len; 512 MiB if unknown). */
   uint64_t maxBulkLength() const { return max_bulk_; }
+  /** The server connected to (INFO server at connect; unknown without +info). */
+  const ServerInfo& server() const { return server_; }
 
   /** Where the applier appends commands. Call commit() after appending. */
   std::string& pending() { return pending_; }
@@ -136,6 +139,7 @@ class RedisTarget {
   std::deque<Expect> expects_;
   uint64_t acked_offset_ = 0;
   uint64_t max_bulk_ = 512ULL << 20;
+  ServerInfo server_;
   int wait_replicas_ = 0;
   Notify writer_wake_;
   Notify progress_;

@@ -32,10 +32,11 @@ namespace xdcr::target {
 
 /** What a full sync made of its keys on one target. */
 struct SnapshotCounts {
-  uint64_t restored = 0;
+  uint64_t restored = 0;  // RESTOREd
+  uint64_t rebuilt = 0;   // written as commands (the target cannot take the payload whole)
   uint64_t expired = 0;   // expired on the source, or clamped into the past: deleted
   uint64_t filtered = 0;  // outside the key space
-  uint64_t failed = 0;    // the target cannot take them (e.g. over proto-max-bulk-len)
+  uint64_t failed = 0;    // NOT copied: refused by the target, or not writable to it
 };
 
 /** The target's bookkeeping keys, read when a session starts. */

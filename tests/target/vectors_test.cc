@@ -107,6 +107,11 @@ class Chain {
     build();
     applier_->setCompensationMs(delta);
   }
+  /** The target's INFO server (Applier::setTarget), e.g. "redis_version:7.0.15". */
+  void targetInfo(const std::string& info) {
+    build();
+    applier_->setTarget(ServerInfo::parse(info), 512ULL << 20);
+  }
 
  private:
   void build() {
@@ -430,6 +435,77 @@ TEST(Commands, SwapDbFollowsTheDbMapAndSwapsTheIndex) {
   d.pipe.dbs = {{0, 0}};
   EXPECT_EQ(d.feed1({"SWAPDB", "0", "1"}), Cmds{});
   EXPECT_EQ(d.stats.filter_splits, 1u);
+}
+
+}  // namespace
+}  // namespace xdcr::target
+
+// hash-field-expiry.md §10: the field deadlines of stream commands (H3, H4, H7; vector H-12).
+namespace xdcr::target {
+namespace {
+
+TEST(ApplierFieldDeadline, H12_CompensationTranslatesHpexpireatAndHsetexDeadlines) {
+  Chain c;
+  c.compensate(30 * S);
+  EXPECT_EQ(c.feed1({"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"}),
+            (Cmds{{"HPEXPIREAT", "h", n(kNow + 130 * S), "FIELDS", "1", "a"}}));
+  EXPECT_EQ(c.feed1({"HSETEX", "h", "PXAT", n(kNow + 100 * S), "FIELDS", "1", "a", "1"}),
+            (Cmds{{"HSETEX", "h", "PXAT", n(kNow + 130 * S), "FIELDS", "1", "a", "1"}}));
+  // FNX before the deadline (Redis keeps it), and KEEPTTL (no deadline): as they came.
+  EXPECT_EQ(c.feed1({"HSETEX", "h", "FNX", "PXAT", n(kNow + 100 * S), "FIELDS", "1", "a", "1"}),
+            (Cmds{{"HSETEX", "h", "FNX", "PXAT", n(kNow + 130 * S), "FIELDS", "1", "a", "1"}}));
+  EXPECT_EQ(c.feed1({"HSETEX", "h", "KEEPTTL", "FIELDS", "1", "a", "1"}),
+            (Cmds{{"HSETEX", "h", "KEEPTTL", "FIELDS", "1", "a", "1"}}));
+}
+
+TEST(ApplierFieldDeadline, H4_StripTtlDropsHpexpireatAndTheDeadlineOfHsetex) {
+  Chain c;
+  c.pipe.filters.strip_ttl = true;
+  EXPECT_EQ(c.feed1({"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"}), Cmds{});
+  EXPECT_EQ(c.feed1({"HSETEX", "h", "PXAT", n(kNow + 100 * S), "FIELDS", "1", "a", "1"}),
+            (Cmds{{"HSETEX", "h", "FIELDS", "1", "a", "1"}}));
+  EXPECT_EQ(c.stats.expiry_stripped, 2u);
+  // HPERSIST passes (it removes deadlines the target does not have anyway).
+  EXPECT_EQ(c.feed1({"HPERSIST", "h", "FIELDS", "1", "a"}),
+            (Cmds{{"HPERSIST", "h", "FIELDS", "1", "a"}}));
+}
+
+TEST(ApplierFieldDeadline, H1_StripTtlStillClampsTheKeyInAMaxTtlCollection) {
+  Chain c;
+  c.pipe.filters.strip_ttl = true;
+  c.maxTtl(0, 60, "h*");
+  EXPECT_EQ(c.feed1({"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"}),
+            (Cmds{{"PEXPIREAT", "h", n(kNow + 60 * S)}}));
+}
+
+TEST(ApplierFieldDeadline, H7_ATargetWithoutFieldTtlsGetsTheFieldsWithoutDeadlines) {
+  Chain c;
+  c.targetInfo("# Server\r\nredis_version:7.0.15\r\n");
+  EXPECT_EQ(c.feed1({"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"}), Cmds{});
+  EXPECT_EQ(c.feed1({"HSETEX", "h", "PXAT", n(kNow + 100 * S), "FIELDS", "2", "a", "1", "b", "2"}),
+            (Cmds{{"HSET", "h", "a", "1", "b", "2"}}));
+  EXPECT_EQ(c.feed1({"HSETEX", "h", "KEEPTTL", "FIELDS", "1", "a", "3"}),
+            (Cmds{{"HSET", "h", "a", "3"}}));
+  EXPECT_EQ(c.stats.field_ttls_dropped, 2u);
+  // Valkey 8 is such a target too; Valkey 9 and Redis 7.4 are not.
+  Chain v8;
+  v8.targetInfo("redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n");
+  EXPECT_EQ(v8.feed1({"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"}), Cmds{});
+  Chain v9;
+  v9.targetInfo("redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n");
+  EXPECT_EQ(v9.feed1({"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"}),
+            (Cmds{{"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"}}));
+}
+
+TEST(ApplierFieldDeadline, H1_FieldCommandsFollowKeyRewrite) {
+  Chain c;
+  config::KeyRewrite rule;
+  rule.from = "sess:";
+  rule.to = "eu:sess:";
+  c.pipe.key_rewrite.push_back(rule);
+  c.compensate(-5 * S);
+  EXPECT_EQ(c.feed1({"HSETEX", "sess:1", "PXAT", n(kNow + 100 * S), "FIELDS", "1", "a", "1"}),
+            (Cmds{{"HSETEX", "eu:sess:1", "PXAT", n(kNow + 95 * S), "FIELDS", "1", "a", "1"}}));
 }
 
 }  // namespace
