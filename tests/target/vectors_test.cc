@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "clock/clock.h"
@@ -107,6 +108,25 @@ class Chain {
     build();
     applier_->setCompensationMs(delta);
   }
+  /** One snapshot key with the raw RDB value `value` of `type`; its target commands. */
+  Cmds feedSnapshot(const std::string& key, uint8_t type, const std::string& value,
+                    source::rdb::Flavor flavor, int rdb_version, int64_t expire_ms = 0) {
+    build();
+    source::RdbPayload payload;
+    payload.type = type;
+    payload.value = value;
+    payload.rdb_version = rdb_version;
+    payload.flavor = flavor;
+    source::Change change;
+    resolver_->resolveSnapshotKey(0, key, expire_ms, payload, change);
+    filter_->judge(change);
+    applier_->beginUnit(false);
+    applier_->apply(change);
+    std::string out;
+    const size_t count = applier_->finishUnit(out);
+    return parse(out, count);
+  }
+  Applier::SnapshotWrite lastSnapshotWrite() const { return applier_->lastSnapshotWrite(); }
   /** The target's INFO server (Applier::setTarget), e.g. "redis_version:7.0.15". */
   void targetInfo(const std::string& info) {
     build();
@@ -506,6 +526,92 @@ TEST(ApplierFieldDeadline, H1_FieldCommandsFollowKeyRewrite) {
   c.compensate(-5 * S);
   EXPECT_EQ(c.feed1({"HSETEX", "sess:1", "PXAT", n(kNow + 100 * S), "FIELDS", "1", "a", "1"}),
             (Cmds{{"HSETEX", "eu:sess:1", "PXAT", n(kNow + 95 * S), "FIELDS", "1", "a", "1"}}));
+}
+
+}  // namespace
+}  // namespace xdcr::target
+
+// Snapshot hashes with field TTLs, written as commands (H3, H4, H5 through the rebuild).
+namespace xdcr::target {
+namespace {
+
+/** A Valkey 9 HASH_2 value (RDB type 22): count, then per field name, value, 8-byte LE expiry
+ *  (-1: none) — the layout a live Valkey 9.1.2 DUMP has (tests/source/rdb_value_test.cc). */
+std::string valkeyHash2(const std::vector<std::tuple<std::string, std::string, int64_t>>& fields) {
+  std::string v(1, static_cast<char>(fields.size()));
+  for (const auto& [name, value, expire] : fields) {
+    v.push_back(static_cast<char>(name.size()));
+    v += name;
+    v.push_back(static_cast<char>(value.size()));
+    v += value;
+    for (int i = 0; i < 8; ++i) v.push_back(static_cast<char>((expire >> (8 * i)) & 0xff));
+  }
+  return v;
+}
+
+const std::string kValkey9 = "redis_version:7.2.4\r\nvalkey_version:9.1.2\r\n";
+
+TEST(SnapshotFieldDeadline, H5_FieldsPastTheirDeadlineAreNotWrittenNorAnAllExpiredHash) {
+  Chain c;
+  c.targetInfo(kValkey9);
+  c.compensate(1);  // field deadlines to shift: the hash must be rebuilt, not RESTOREd
+  const Cmds some = c.feedSnapshot(
+      "h", 22,
+      valkeyHash2({{"gone", "1", kNow - S}, {"kept", "2", kNow + 100 * S}, {"x", "3", -1}}),
+      source::rdb::Flavor::Valkey, 80);
+  EXPECT_EQ(some, (Cmds{{"MULTI"},
+                        {"DEL", "h"},
+                        {"HSET", "h", "kept", "2", "x", "3"},
+                        {"HPEXPIREAT", "h", n(kNow + 100 * S + 1), "FIELDS", "1", "kept"},
+                        {"EXEC"}}));
+  EXPECT_EQ(c.lastSnapshotWrite(), Applier::SnapshotWrite::Rebuilt);
+  const Cmds none =
+      c.feedSnapshot("h2", 22, valkeyHash2({{"a", "1", kNow - S}, {"b", "2", kNow - 2 * S}}),
+                     source::rdb::Flavor::Valkey, 80);
+  EXPECT_EQ(none, (Cmds{{"DEL", "h2"}}));
+  EXPECT_EQ(c.lastSnapshotWrite(), Applier::SnapshotWrite::Expired);
+}
+
+TEST(SnapshotFieldDeadline, H3_CompensationShiftsEveryFieldDeadline) {
+  Chain c;
+  c.targetInfo(kValkey9);
+  c.compensate(30 * S);
+  const Cmds cmds =
+      c.feedSnapshot("h", 22, valkeyHash2({{"a", "1", kNow + 100 * S}, {"b", "2", kNow + 100 * S}}),
+                     source::rdb::Flavor::Valkey, 80);
+  EXPECT_EQ(cmds, (Cmds{{"MULTI"},
+                        {"DEL", "h"},
+                        {"HSET", "h", "a", "1", "b", "2"},
+                        {"HPEXPIREAT", "h", n(kNow + 130 * S), "FIELDS", "2", "a", "b"},
+                        {"EXEC"}}));
+}
+
+TEST(SnapshotFieldDeadline, WithoutAnythingToChangeTheHashIsRestored) {
+  Chain c;
+  c.targetInfo(kValkey9);
+  const Cmds cmds = c.feedSnapshot("h", 22, valkeyHash2({{"a", "1", kNow + 100 * S}}),
+                                   source::rdb::Flavor::Valkey, 80);
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0][0], "RESTORE");
+  EXPECT_EQ(c.lastSnapshotWrite(), Applier::SnapshotWrite::Restored);
+  // The same into Redis 8: it cannot read Valkey's RDB 80, so the hash is rebuilt, deadline kept.
+  Chain r;
+  r.targetInfo("redis_version:8.0.6\r\n");
+  EXPECT_EQ(r.feedSnapshot("h", 22, valkeyHash2({{"a", "1", kNow + 100 * S}}),
+                           source::rdb::Flavor::Valkey, 80),
+            (Cmds{{"MULTI"},
+                  {"DEL", "h"},
+                  {"HSET", "h", "a", "1"},
+                  {"HPEXPIREAT", "h", n(kNow + 100 * S), "FIELDS", "1", "a"},
+                  {"EXEC"}}));
+}
+
+TEST(SnapshotFieldDeadline, AModuleValueThatCannotBeRebuiltFailsWithAReason) {
+  Chain c;
+  c.targetInfo("redis_version:7.0.15\r\n");
+  EXPECT_EQ(c.feedSnapshot("v", 7, std::string("\x01\x02", 2), source::rdb::Flavor::Redis, 12),
+            Cmds{});
+  EXPECT_EQ(c.lastSnapshotWrite(), Applier::SnapshotWrite::Failed);
 }
 
 }  // namespace
