@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "replicator/admin_server.h"
+#include "tests/support/faketime.h"
 #include "tests/support/harness.h"
 #include "tests/support/server_matrix.h"
 
@@ -74,7 +75,7 @@ class MatrixTest : public ::testing::TestWithParam<Pair> {
     admin_ = "127.0.0.1:" + std::to_string(freePort());
     config_ = dir_.file("xdcr.yaml");
     std::string y = "agent: {state_dir: \"" + dir_.file("state") + "\", admin_listen: \"" + admin_ +
-                    "\"}\nclusters:\n";
+                    "\"}\n" + clock_yaml_ + "clusters:\n";
     y += "  src: {type: redis, address: \"" + source_->address() + "\"}\n";
     y += "  dst: {type: redis, address: \"" + target_->address() + "\"";
     y += (target_extra.empty() ? "" : ", " + target_extra) + "}\n";
@@ -117,6 +118,7 @@ class MatrixTest : public ::testing::TestWithParam<Pair> {
   std::unique_ptr<RedisServer> source_, target_;
   std::string admin_, config_;
   std::unique_ptr<AgentProcess> agent_;
+  std::string clock_yaml_;  // a top-level "clock:" section, or ""
 };
 
 double metricValue(const std::string& metrics, const std::string& family, const std::string& label);
@@ -527,6 +529,78 @@ TEST_P(HashFieldRulesTest, StripTtlRemovesFieldDeadlines) {
   report(what() + ": strip_ttl: " + std::to_string(static_cast<int>(stripped)) +
          " deadlines stripped, no field deadline on the target");
 }
+
+// Clock compensation of field deadlines on real servers (H3; vectors H-12, H-13): the target's
+// clock runs 30 s ahead (libfaketime inside the chroot), `on_skew: compensate`. Every field
+// deadline — of the snapshot's hashes (rebuilt from commands, since a RESTORE payload cannot be
+// changed) and of the stream's HSETEX and HPEXPIREAT — must arrive shifted by the measured skew,
+// like the keys' own deadlines. Before, field deadlines were written as the source had them: a
+// field ended 30 s early on the target.
+class HashFieldCompensationTest : public MatrixTest {};
+
+TEST_P(HashFieldCompensationTest, FieldDeadlinesAreShiftedByTheMeasuredSkew) {
+  std::string why;
+  const std::string stamp = dir_.file("faketime");
+  writeFakeTimeFile(stamp, 30);
+  const auto env = matrixFakeTimeEnvironment(*target_kind_, stamp, dir_.path(), &why);
+  if (!env) {
+    if (matrixRequired()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  target_ = RedisServer::startBinary(target_kind_->binary, {}, 10s, *env);
+  {
+    RespClient src = source_->client();
+    writeFieldTtlHashes(src, "hf:");
+  }
+  clock_yaml_ = "clock: {check_interval: 500ms, max_skew: 1s, on_skew: compensate}\n";
+  startAgent();
+  if (HasFatalFailure()) return;
+  RespClient src = source_->client();
+  const std::string at = std::to_string(unixTimeMs() + 3'600'000);
+  ASSERT_FALSE(src.command({"HSETEX", "hs:1", "PXAT", at, "FIELDS", "1", "a", "1"}).isError());
+  ASSERT_FALSE(src.command({"HSET", "hs:2", "a", "1", "b", "2"}).isError());
+  ASSERT_FALSE(src.command({"HPEXPIREAT", "hs:2", at, "FIELDS", "1", "b"}).isError());
+  ASSERT_FALSE(src.command({"SET", "done", "1"}).isError());
+  RespClient dst = target_->client();
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"EXISTS", "done"}).integer() == 1;
+      },
+      30s))
+      << agent_->logTail(20);
+  auto status = replicator::adminGet(admin_, "/status", 2s);
+  ASSERT_TRUE(status && status->first == 200);
+  const auto doc = nlohmann::json::parse(status->second);
+  const double delta = doc["pipelines"][0]["clock"]["compensation_ms"].get<double>();
+  ASSERT_NEAR(delta, 30'000, 50) << status->second;
+  size_t shifted = 0;
+  auto expectShifted = [&](const std::string& key, const std::vector<std::string>& fields) {
+    const auto s = fieldDeadlines(src, key, fields);
+    const auto t = fieldDeadlines(dst, key, fields);
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (s[i] < 0) {
+        EXPECT_EQ(t[i], s[i]) << key << " " << fields[i];
+        continue;
+      }
+      EXPECT_NEAR(static_cast<double>(t[i] - s[i]), delta, 2) << key << " " << fields[i];
+      ++shifted;
+    }
+  };
+  for (const auto& [key, fields] : fieldTtlFields()) expectShifted("hf:" + key, fields);
+  expectShifted("hs:1", {"a"});
+  expectShifted("hs:2", {"a", "b"});
+  EXPECT_EQ(shifted, 8u);
+  EXPECT_NEAR(static_cast<double>(dst.command({"PEXPIRETIME", "hf:big"}).integer() -
+                                  src.command({"PEXPIRETIME", "hf:big"}).integer()),
+              delta, 2);
+  report(what() + ": target clock +30 s, compensate (measured " + std::to_string(delta) +
+         " ms): " + std::to_string(shifted) + " field deadlines shifted by it");
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, HashFieldCompensationTest,
+                         ::testing::Values(Pair{"redis-8", "redis-8"},
+                                           Pair{"valkey-9", "valkey-9"}),
+                         pairName);
 
 // A value over the target's proto-max-bulk-len cannot travel as one RESTORE payload (vector
 // H-11): before, such a key was counted failed and not copied ("raise proto-max-bulk-len");

@@ -121,15 +121,16 @@ RedisServer::RedisServer(const Binary& binary, std::vector<std::string> extra_ar
     : dir_("xdcr-redis"),
       binary_(binary.path),
       extra_args_(std::move(extra_args)),
-      start_timeout_(start_timeout) {
+      start_timeout_(start_timeout),
+      env_(binary.env) {
   startOnFreePort();
 }
 
-std::unique_ptr<RedisServer> RedisServer::startBinary(const std::string& binary,
-                                                      std::vector<std::string> extra_args,
-                                                      std::chrono::milliseconds start_timeout) {
+std::unique_ptr<RedisServer> RedisServer::startBinary(
+    const std::string& binary, std::vector<std::string> extra_args,
+    std::chrono::milliseconds start_timeout, std::vector<std::pair<std::string, std::string>> env) {
   return std::unique_ptr<RedisServer>(
-      new RedisServer(Binary{binary}, std::move(extra_args), start_timeout));
+      new RedisServer(Binary{binary, std::move(env)}, std::move(extra_args), start_timeout));
 }
 
 std::unique_ptr<RedisServer> RedisServer::startSentinel(

@@ -86,7 +86,8 @@ class RedisServer {
    *  execs valkey-server in a chroot): `binary` replaces "redis-server". */
   static std::unique_ptr<RedisServer> startBinary(
       const std::string& binary, std::vector<std::string> extra_args = {},
-      std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
+      std::chrono::milliseconds start_timeout = std::chrono::seconds(10),
+      std::vector<std::pair<std::string, std::string>> env = {});
   static std::unique_ptr<RedisServer> startSentinel(
       const std::vector<std::string>& config_lines, std::vector<std::string> extra_args = {},
       std::chrono::milliseconds start_timeout = std::chrono::seconds(10));
@@ -130,6 +131,7 @@ class RedisServer {
   };
   struct Binary {
     std::string path;
+    std::vector<std::pair<std::string, std::string>> env;
   };
   RedisServer(const Binary& binary, std::vector<std::string> extra_args,
               std::chrono::milliseconds start_timeout);

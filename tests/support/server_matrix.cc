@@ -4,8 +4,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <regex>
+
+#include "tests/support/faketime.h"
 
 namespace xdcr::test {
 
@@ -58,7 +63,42 @@ std::optional<MatrixServer> findMatrixServer(const std::string& name, std::strin
     return std::nullopt;
   }
   s.version = m[1];
+  // The wrapper is "exec chroot ROOT BINARY" for a chroot's server (scripts/servers.sh).
+  std::ifstream wrapper(s.binary);
+  const std::string text((std::istreambuf_iterator<char>(wrapper)),
+                         std::istreambuf_iterator<char>());
+  if (std::regex_search(text, m, std::regex("exec chroot (\\S+) "))) s.root = m[1];
   return s;
+}
+
+std::optional<std::vector<std::pair<std::string, std::string>>> matrixFakeTimeEnvironment(
+    const MatrixServer& server, const std::string& timestamp_file, const std::string& dir,
+    std::string* why) {
+  if (!fakeTimeAvailable()) {
+    if (why != nullptr) *why = "libfaketime or the ftshim preload is missing on the host";
+    return std::nullopt;
+  }
+  const std::string lib = libfaketimePath();
+  struct stat st {};
+  if (!server.root.empty() && ::stat((server.root + lib).c_str(), &st) != 0) {
+    if (why != nullptr) {
+      *why = server.root + lib +
+             " does not exist: libfaketime is not installed in the chroot (run `bash "
+             "scripts/servers.sh provision` again)";
+    }
+    return std::nullopt;
+  }
+  // The same path outside and inside the chroot: `dir` is under /tmp, shared with the chroots.
+  const std::string shim = dir + "/libxdcr_ftshim.so";
+  std::filesystem::copy_file(ftshimPath(), shim, std::filesystem::copy_options::overwrite_existing);
+  auto env = fakeTimeEnvironment(timestamp_file);
+  std::string preload = shim;
+  preload += ' ';
+  preload += lib;
+  for (auto& [name, value] : env) {
+    if (name == "LD_PRELOAD") value = preload;
+  }
+  return env;
 }
 
 bool matrixRequired() {

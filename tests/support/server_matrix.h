@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xdcr::test {
@@ -14,6 +15,7 @@ struct MatrixServer {
   std::string binary;   // the wrapper
   std::string version;  // what `<binary> --version` says, e.g. "9.1.2"
   bool valkey = false;
+  std::string root;  // the chroot it runs in ("" for the host's own server)
 };
 
 /** Every server name scripts/servers.sh provisions, oldest first. */
@@ -26,5 +28,16 @@ std::optional<MatrixServer> findMatrixServer(const std::string& name, std::strin
 /** XDCR_MATRIX_REQUIRED=1 (scripts/test.sh sets it after provisioning): a missing server fails
  *  the test instead of skipping it. */
 bool matrixRequired();
+
+/**
+ * The environment that skews `server`'s wall clock by the offset in `timestamp_file`
+ * (faketime.h), for a server in a chroot too: libfaketime must be installed inside it
+ * (scripts/servers.sh installs it in the sid chroot), and the ftshim preload is copied into
+ * `dir` (under /tmp, which the chroots share with the host). nullopt, with the reason in `why`,
+ * when that cannot be done.
+ */
+std::optional<std::vector<std::pair<std::string, std::string>>> matrixFakeTimeEnvironment(
+    const MatrixServer& server, const std::string& timestamp_file, const std::string& dir,
+    std::string* why);
 
 }  // namespace xdcr::test
