@@ -58,11 +58,13 @@ class Applier {
    * snapshot key is RESTOREd when the target takes its payload whole; otherwise — a target
    * older than the source, a payload over the bulk limit, field TTLs to translate or strip —
    * it is rebuilt from commands (hash-field-expiry.md, rebuild.cc). Field deadlines are left
-   * out, and counted, where the target cannot store them.
+   * out, and counted, where the target cannot store them. `label` names the pipeline and target
+   * in messages.
    */
-  void setTarget(const ServerInfo& server, uint64_t max_bulk) {
+  void setTarget(const ServerInfo& server, uint64_t max_bulk, std::string label) {
     server_ = server;
     max_bulk_ = max_bulk;
+    label_ = std::move(label);
   }
   const ServerInfo& targetServer() const { return server_; }
   /**
@@ -145,6 +147,8 @@ class Applier {
   /** HPEXPIREAT / HSETEX (CommandSpec::field_deadline): forwarded with their field deadline
    *  translated (compensation), or without it (strip_ttl, or a target without field TTLs). */
   void forwardFieldDeadline(const source::Change& c, const source::Event& ev);
+  /** Counts `n` field deadlines the target cannot store; says so once per session. */
+  void droppedFieldTtls(uint64_t n);
 
   const MaxTtlPolicy& policy_;
   const filters::KeySpace& keys_;
@@ -152,6 +156,8 @@ class Applier {
   std::string snapshot_error_;
   ServerInfo server_;
   uint64_t max_bulk_ = 512ULL << 20;
+  bool said_field_ttls_dropped_ = false;
+  std::string label_;                    // "pipeline p: target dst (…)", for messages
   source::rdb::Value value_;             // a decoded snapshot value (rebuild), reused
   std::vector<std::string_view> items_;  // arguments of a batched command (rebuild)
   std::vector<std::string> numbers_;     // formatted scores and ids they view (rebuild)

@@ -166,7 +166,7 @@ bool ClusterSink::overLimits(bool snapshot) const {
 
 net::awaitable<Status> ClusterSink::connect() {
   if (auto s = co_await target_.connect(); !s) co_return s;
-  applier_.setTarget(target_.server(), target_.maxBulkLength());
+  applier_.setTarget(target_.server(), target_.maxBulkLength(), label_);
   co_return Status{};
 }
 

@@ -10,6 +10,7 @@
 // sees it half built, and an EXEC error marks the whole key failed.
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -94,7 +95,7 @@ void Applier::rebuildHash(const Dest& d, const std::vector<HashField>& fields,
       if (ev.strip_field_ttls) {
         stats_.expiry_stripped += j - i;
       } else if (!server_.fieldTtls()) {
-        stats_.field_ttls_dropped += j - i;
+        droppedFieldTtls(j - i);
       } else if (e + compensation_ms_ > now) {
         cmd(5 + (j - i));
         bulk("HPEXPIREAT");
@@ -289,6 +290,19 @@ bool Applier::rebuildSnapshotKey(const source::RdbPayload& rdb, const source::Ev
   return true;
 }
 
+void Applier::droppedFieldTtls(uint64_t n) {
+  stats_.field_ttls_dropped += n;
+  if (!said_field_ttls_dropped_) {
+    said_field_ttls_dropped_ = true;
+    spdlog::warn(
+        "{}: the target ({}) cannot store hash-field TTLs (Redis 7.4+ and Valkey 9 can): fields "
+        "are "
+        "written without their deadlines and live until their key ends; each dropped deadline "
+        "is counted in xdcr_field_ttls_dropped_total (docs/hash-field-expiry.md H7)",
+        label_, server_.describe());
+  }
+}
+
 void Applier::forwardFieldDeadline(const source::Change& c, const source::Event& ev) {
   const auto& args = c.entry->args;
   const bool hsetex = resp::iequals(args[0], "hsetex");
@@ -318,7 +332,7 @@ void Applier::forwardFieldDeadline(const source::Change& c, const source::Event&
     if (ev.strip_field_ttls) {
       ++stats_.expiry_stripped;
     } else {
-      ++stats_.field_ttls_dropped;
+      droppedFieldTtls(1);
     }
   };
   if (hsetex && !server_.fieldTtls()) {

@@ -130,7 +130,7 @@ class Chain {
   /** The target's INFO server (Applier::setTarget), e.g. "redis_version:7.0.15". */
   void targetInfo(const std::string& info) {
     build();
-    applier_->setTarget(ServerInfo::parse(info), 512ULL << 20);
+    applier_->setTarget(ServerInfo::parse(info), 512ULL << 20, "pipeline p");
   }
 
  private:
