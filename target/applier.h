@@ -26,6 +26,9 @@
 
 namespace xdcr::target {
 
+/** Says at connect what the target is and what follows for snapshots and field TTLs. */
+void logTargetServer(const std::string& label, const ServerInfo& server);
+
 class Applier {
  public:
   Applier(const MaxTtlPolicy& policy, const filters::KeySpace& keys,

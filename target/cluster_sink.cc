@@ -167,6 +167,7 @@ bool ClusterSink::overLimits(bool snapshot) const {
 net::awaitable<Status> ClusterSink::connect() {
   if (auto s = co_await target_.connect(); !s) co_return s;
   applier_.setTarget(target_.server(), target_.maxBulkLength(), label_);
+  logTargetServer(label_, target_.server());
   co_return Status{};
 }
 

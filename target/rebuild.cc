@@ -43,6 +43,20 @@ std::string formatScore(double d) {
 
 }  // namespace
 
+void logTargetServer(const std::string& label, const ServerInfo& server) {
+  if (!server.known) {
+    spdlog::info(
+        "{}: its version is unknown (INFO refused): snapshot keys are RESTOREd and a "
+        "refusal counted as failed",
+        label);
+    return;
+  }
+  spdlog::info("{}: {}; {}", label, server.describe(),
+               server.fieldTtls() ? "snapshot keys it cannot RESTORE are written as commands"
+                                  : "snapshot keys it cannot RESTORE are written as commands; "
+                                    "it stores no hash-field TTLs");
+}
+
 void Applier::batched(std::string_view name, const Dest& d,
                       const std::vector<std::string_view>& items, size_t per_item) {
   const size_t limit = std::min<uint64_t>(kRebuildBatchBytes, max_bulk_);

@@ -90,6 +90,7 @@ bool RedisSink::overLimits(bool snapshot) const {
 net::awaitable<Status> RedisSink::connect() {
   if (auto s = co_await target_.connect(); !s) co_return s;
   applier_.setTarget(target_.server(), target_.maxBulkLength(), label_);
+  logTargetServer(label_, target_.server());
   co_return Status{};
 }
 
