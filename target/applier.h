@@ -163,7 +163,7 @@ class Applier {
   std::string label_;                    // "pipeline p: target dst (…)", for messages
   source::rdb::Value value_;             // a decoded snapshot value (rebuild), reused
   std::vector<std::string_view> items_;  // arguments of a batched command (rebuild)
-  std::vector<std::string> numbers_;     // formatted scores and ids they view (rebuild)
+  std::vector<std::string> numbers_;     // formatted zset scores items_ views (rebuild)
   const clock::ClusterClock& target_clock_;
   PipelineStats& stats_;
   int64_t compensation_ms_ = 0;

@@ -5,9 +5,9 @@
 // translated (on_skew: compensate) nor removed (strip_ttl). Then the value is decoded
 // (source/rdb_value.h) and the key rebuilt: DEL, the value in commands of bounded size (an
 // aggregate over the bulk limit goes in batches; a string cannot: the target holds no string
-// longer than its proto-max-bulk-len), the
-// field deadlines, the key's clamped deadline — one MULTI/EXEC (Applier::endEntry), so no reader
-// sees it half built, and an EXEC error marks the whole key failed.
+// longer than its proto-max-bulk-len), the field deadlines, the key's clamped deadline — one
+// MULTI/EXEC (Applier::endEntry), so no reader sees it half built, and an EXEC error marks the
+// whole key failed.
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -125,14 +125,11 @@ void Applier::rebuildHash(const Dest& d, const std::vector<HashField>& fields,
 }
 
 void Applier::rebuildStream(const Dest& d, const Stream& s) {
-  numbers_.clear();
-  numbers_.reserve(s.entries.size() + 8);
   for (const auto& e : s.entries) {
-    numbers_.push_back(formatId(e.id));
     cmd(3 + 2 * e.fields.size());
     bulk("XADD");
     bulkKey(d);
-    bulk(numbers_.back());
+    bulk(formatId(e.id));
     for (const auto& [f, v] : e.fields) {
       bulk(f);
       bulk(v);
@@ -235,9 +232,7 @@ bool Applier::rebuildSnapshotKey(const source::RdbPayload& rdb, const source::Ev
       break;
     case Value::Kind::Stream:
       for (const auto& e : value_.stream.entries) {
-        size_t n = 0;
-        for (const auto& [f, v] : e.fields) n += f.size() + v.size();
-        ok = ok && n + 64 <= max_bulk_;
+        for (const auto& [f, v] : e.fields) ok = ok && fits(f) && fits(v);
       }
       break;
   }
