@@ -132,14 +132,75 @@ DatasetOptions datasetOptions(const std::string& tag, uint64_t seed) {
   return o;
 }
 
+/** Hashes with field TTLs on an HFE source (Redis 7.4+, Valkey 9): a listpack one, one whose
+ *  TTL was removed again, a hashtable one with a key deadline. Returns how many fields have a
+ *  deadline. `prefix` names the keys. */
+size_t writeFieldTtlHashes(RespClient& src, const std::string& prefix) {
+  const std::string far = std::to_string(unixTimeMs() + 3'600'000);
+  src.command({"HSET", prefix + "lp", "a", "1", "b", "2", "c", "3"});
+  src.command({"HPEXPIREAT", prefix + "lp", far, "FIELDS", "2", "a", "b"});
+  src.command({"HSET", prefix + "persisted", "x", "1", "y", "2"});
+  src.command({"HPEXPIRE", prefix + "persisted", "600000", "FIELDS", "1", "x"});
+  src.command({"HPERSIST", prefix + "persisted", "FIELDS", "1", "x"});
+  RespCommand big = {"HSET", prefix + "big"};
+  for (int i = 0; i < 600; ++i) {
+    big.push_back("f" + std::to_string(i));
+    big.push_back("v" + std::to_string(i));
+  }
+  src.command(big);
+  src.command({"HPEXPIREAT", prefix + "big", far, "FIELDS", "3", "f1", "f2", "f599"});
+  src.command({"HPEXPIRE", prefix + "big", "900000", "FIELDS", "1", "f7"});
+  src.command({"PEXPIRE", prefix + "big", "7200000"});
+  return 6;
+}
+
+/** HPEXPIRETIME of `fields` of `key` (-1: none, -2: no field; all -3 when the server has no
+ *  field TTLs). */
+std::vector<int64_t> fieldDeadlines(RespClient& c, const std::string& key,
+                                    const std::vector<std::string>& fields) {
+  RespCommand cmd = {"HPEXPIRETIME", key, "FIELDS", std::to_string(fields.size())};
+  cmd.insert(cmd.end(), fields.begin(), fields.end());
+  const RespValue r = c.command(cmd);
+  std::vector<int64_t> out(fields.size(), -3);
+  if (!r.isArray()) return out;
+  for (size_t i = 0; i < fields.size() && i < r.array().size(); ++i) {
+    out[i] = r.array()[i].integer();
+  }
+  return out;
+}
+
+const std::vector<std::pair<std::string, std::vector<std::string>>>& fieldTtlFields() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> f = {
+      {"lp", {"a", "b", "c"}},
+      {"persisted", {"x", "y"}},
+      {"big", {"f0", "f1", "f2", "f7", "f599"}}};
+  return f;
+}
+
+bool hasFieldTtls(const MatrixServer& s) {
+  return s.valkey ? s.name == "valkey-9" : s.name != "redis-7.0";
+}
+
 TEST_P(MatrixTest, SnapshotAndStreamOfEveryTypeArriveEqual) {
   const Dataset snapshot = writeDataset(source_->port(), datasetOptions("a", 1));
+  // Where both sides have hash-field TTLs: hashes with them in the snapshot and the stream too.
+  const bool field_ttls = hasFieldTtls(*source_kind_) && hasFieldTtls(*target_kind_);
+  if (field_ttls) {
+    RespClient src = source_->client();
+    writeFieldTtlHashes(src, "hf:");
+  }
   startAgent();
   if (HasFatalFailure()) return;
   // Through the stream: the same kinds again, and in-place changes of snapshot keys.
   const Dataset streamed = writeDataset(source_->port(), datasetOptions("b", 2));
   {
     RespClient src = source_->client();
+    if (field_ttls) {
+      const std::string at = std::to_string(unixTimeMs() + 3'600'000);
+      src.command({"HSETEX", "hs:1", "PXAT", at, "FIELDS", "2", "a", "1", "b", "2"});
+      src.command({"HSET", "hs:2", "a", "1", "b", "2"});
+      src.command({"HPEXPIREAT", "hs:2", at, "FIELDS", "1", "a"});
+    }
     size_t i = 0;
     for (const DatasetKey* k : snapshot.live()) {
       switch (i++ % 4) {
@@ -171,7 +232,16 @@ TEST_P(MatrixTest, SnapshotAndStreamOfEveryTypeArriveEqual) {
          std::to_string(snapshot.keys.size()) + " in the snapshot: " + std::to_string(restored) +
          " RESTOREd, " + std::to_string(rebuilt) + " written as commands; " +
          std::to_string(streamed.keys.size()) + " streamed): " + diff.summary());
-  EXPECT_EQ(restored + rebuilt, static_cast<int>(snapshot.live().size()));
+  EXPECT_EQ(restored + rebuilt, static_cast<int>(snapshot.live().size()) + (field_ttls ? 3 : 0));
+  if (field_ttls) {
+    RespClient src = source_->client();
+    RespClient dst = target_->client();
+    for (const auto& [key, fields] : fieldTtlFields()) {
+      EXPECT_EQ(fieldDeadlines(dst, "hf:" + key, fields), fieldDeadlines(src, "hf:" + key, fields))
+          << key;
+    }
+    EXPECT_EQ(fieldDeadlines(dst, "hs:2", {"a", "b"}), fieldDeadlines(src, "hs:2", {"a", "b"}));
+  }
   EXPECT_TRUE(equal) << what() << "\n" << diff.summary();
   EXPECT_GE(source_keys, 600u) << "the data sets were not written";
 
@@ -183,8 +253,11 @@ TEST_P(MatrixTest, SnapshotAndStreamOfEveryTypeArriveEqual) {
          std::to_string(v.report.value("checked", -1)) + " checked, " +
          std::to_string(v.report.value("missing", -1)) + " missing, " +
          std::to_string(v.report.value("value_mismatches", -1)) + " value and " +
-         std::to_string(v.report.value("ttl_mismatches", -1)) + " deadline mismatches");
+         std::to_string(v.report.value("ttl_mismatches", -1)) + " deadline and " +
+         std::to_string(v.report.value("field_ttl_mismatches", -1)) + " field deadline mismatches" +
+         (field_ttls ? " (hash-field TTLs included)" : ""));
   EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_EQ(v.report.value("field_ttl_mismatches", -1), 0) << v.output;
   EXPECT_EQ(v.report.value("missing", -1), 0) << v.output;
   EXPECT_EQ(v.report.value("value_mismatches", -1), 0) << v.output;
   EXPECT_EQ(v.report.value("ttl_mismatches", -1), 0) << v.output;
@@ -356,55 +429,6 @@ double metricValue(const std::string& metrics, const std::string& family,
     }
   }
   return 0;
-}
-
-/** Hashes with field TTLs on an HFE source (Redis 7.4+, Valkey 9): a listpack one, one whose
- *  TTL was removed again, a hashtable one with a key deadline. Returns how many fields have a
- *  deadline. `prefix` names the keys. */
-size_t writeFieldTtlHashes(RespClient& src, const std::string& prefix) {
-  const std::string far = std::to_string(unixTimeMs() + 3'600'000);
-  src.command({"HSET", prefix + "lp", "a", "1", "b", "2", "c", "3"});
-  src.command({"HPEXPIREAT", prefix + "lp", far, "FIELDS", "2", "a", "b"});
-  src.command({"HSET", prefix + "persisted", "x", "1", "y", "2"});
-  src.command({"HPEXPIRE", prefix + "persisted", "600000", "FIELDS", "1", "x"});
-  src.command({"HPERSIST", prefix + "persisted", "FIELDS", "1", "x"});
-  RespCommand big = {"HSET", prefix + "big"};
-  for (int i = 0; i < 600; ++i) {
-    big.push_back("f" + std::to_string(i));
-    big.push_back("v" + std::to_string(i));
-  }
-  src.command(big);
-  src.command({"HPEXPIREAT", prefix + "big", far, "FIELDS", "3", "f1", "f2", "f599"});
-  src.command({"HPEXPIRE", prefix + "big", "900000", "FIELDS", "1", "f7"});
-  src.command({"PEXPIRE", prefix + "big", "7200000"});
-  return 6;
-}
-
-/** HPEXPIRETIME of `fields` of `key` (-1: none, -2: no field; all -3 when the server has no
- *  field TTLs). */
-std::vector<int64_t> fieldDeadlines(RespClient& c, const std::string& key,
-                                    const std::vector<std::string>& fields) {
-  RespCommand cmd = {"HPEXPIRETIME", key, "FIELDS", std::to_string(fields.size())};
-  cmd.insert(cmd.end(), fields.begin(), fields.end());
-  const RespValue r = c.command(cmd);
-  std::vector<int64_t> out(fields.size(), -3);
-  if (!r.isArray()) return out;
-  for (size_t i = 0; i < fields.size() && i < r.array().size(); ++i) {
-    out[i] = r.array()[i].integer();
-  }
-  return out;
-}
-
-const std::vector<std::pair<std::string, std::vector<std::string>>>& fieldTtlFields() {
-  static const std::vector<std::pair<std::string, std::vector<std::string>>> f = {
-      {"lp", {"a", "b", "c"}},
-      {"persisted", {"x", "y"}},
-      {"big", {"f0", "f1", "f2", "f7", "f599"}}};
-  return f;
-}
-
-bool hasFieldTtls(const MatrixServer& s) {
-  return s.valkey ? s.name == "valkey-9" : s.name != "redis-7.0";
 }
 
 // A newer source into an older target (hash-field-expiry.md H7, H8; vectors H-7, H-9, H-10).
