@@ -79,6 +79,19 @@ void EventFilter::judgeKeyEvent(source::Change& c, source::Event& ev) {
     return;
   }
   stats_.count(ev.kind);
+  if (ev.kind == EventKind::Expiration) {
+    // A hash field's expiry: the HDEL its source sends (docs/hash-field-expiry.md H6).
+    if (!key_ok) {
+      ev.pass = false;
+      stats_.count(FilterReason::Key);
+      return;
+    }
+    if (filters_.drop_expirations) {
+      ev.pass = false;
+      stats_.count(FilterReason::Expiration);
+      return;
+    }
+  }
 
   if (ev.rule == DeadlineRule::FromKey) {
     const bool from_ok = keys_->contains(ev.from_db, ev.from_key);

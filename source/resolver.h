@@ -9,7 +9,9 @@
 //  - classifies each key of a DEL/UNLINK as an expiration (its deadline had passed on the
 //    source's clock) or a deletion, with tombstones so that a second DEL of an expired key is a
 //    no-op (Event::pass = false);
-//  - records the deadlines of a snapshot's keys.
+//  - records the deadlines of a snapshot's keys;
+//  - keeps the deadlines of hash fields (FieldDeadlineIndex), so that the HDEL a source sends
+//    when a field expires is classified as an expiration (docs/hash-field-expiry.md H6).
 //
 // One per source shard, shared by every pipeline reading that shard (fan-out): what it decides
 // is the same for every target. What a pipeline makes of it (key space, drop_*, strip_ttl, the
@@ -21,6 +23,8 @@
 #include "common/logging.h"
 #include "source/event.h"
 #include "source/expiry_index.h"
+#include "source/field_index.h"
+#include "source/rdb_value.h"
 
 namespace xdcr::source {
 
@@ -39,11 +43,21 @@ class Resolver {
   int currentDb() const { return db_; }
   void setCurrentDb(int db) { db_ = db; }
   ExpiryIndex& index() { return index_; }
+  const FieldDeadlineIndex& fieldIndex() const { return fields_; }
 
  private:
   void resolveKeyEvent(Change& c, Event& ev, int64_t source_now);
+  /** Keeps fields_ equal to the source's field deadlines after `c`; classifies a field
+   *  expiry's HDEL (and Valkey's UNLINK of the hash it emptied) as an expiration. */
+  void trackFields(const Entry& entry, Change& c, int64_t source_now);
 
   ExpiryIndex& index_;
+  FieldDeadlineIndex fields_;
+  // The hash whose last field an HDEL just expired: Valkey then UNLINKs it in the same MULTI,
+  // which is part of the expiration (server-versions-notes.md §4).
+  int emptied_db_ = -1;
+  std::string emptied_key_;
+  rdb::Value value_;  // a snapshot hash with field TTLs, decoded (reused)
   const clock::ClusterClock& source_clock_;
   int db_ = 0;
   LogRateLimiter problem_log_;

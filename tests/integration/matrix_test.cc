@@ -628,6 +628,49 @@ INSTANTIATE_TEST_SUITE_P(Servers, HashFieldCompensationTest,
                                            Pair{"valkey-9", "valkey-9"}),
                          pairName);
 
+// A field's expiry reaches the stream as a plain HDEL (Valkey: with an UNLINK of the hash it
+// emptied). The agent's index of field deadlines tells it from a user's HDEL, so
+// drop_expirations keeps the field on a target whose copy was given a longer life (here by
+// strip_ttl: no field TTLs there). Vector H-14; before, every such HDEL was replicated and the
+// target lost the fields.
+TEST_P(HashFieldRulesTest, DropExpirationsKeepsFieldsTheSourceExpired) {
+  startAgent("filters: {strip_ttl: true, drop_expirations: true}");
+  if (HasFatalFailure()) return;
+  RespClient src = source_->client();
+  ASSERT_FALSE(src.command({"HSET", "fx:1", "a", "1", "b", "2", "c", "3"}).isError());
+  ASSERT_FALSE(src.command({"HPEXPIRE", "fx:1", "800", "FIELDS", "1", "a"}).isError());
+  ASSERT_FALSE(src.command({"HSET", "fx:2", "x", "1"}).isError());
+  ASSERT_FALSE(src.command({"HPEXPIRE", "fx:2", "800", "FIELDS", "1", "x"}).isError());
+  // The source expires them itself (active expiry): wait until it has, then a user's HDEL.
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return src.command({"HEXISTS", "fx:1", "a"}).integer() == 0 &&
+               src.command({"EXISTS", "fx:2"}).integer() == 0;
+      },
+      15s, 100ms))
+      << "the source did not expire the fields";
+  ASSERT_EQ(src.command({"HDEL", "fx:1", "b"}).integer(), 1);
+  ASSERT_FALSE(src.command({"SET", "done", "1"}).isError());
+  RespClient dst = target_->client();
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"EXISTS", "done"}).integer() == 1;
+      },
+      20s))
+      << agent_->logTail(20);
+  EXPECT_EQ(dst.command({"HGET", "fx:1", "a"}).str(), "1") << "the expiry of a was replicated";
+  EXPECT_EQ(dst.command({"HEXISTS", "fx:1", "b"}).integer(), 0) << "the user's HDEL of b";
+  EXPECT_EQ(dst.command({"HGET", "fx:1", "c"}).str(), "3");
+  EXPECT_EQ(dst.command({"HGET", "fx:2", "x"}).str(), "1") << "the expiry of fx:2's last field";
+  auto m = replicator::adminGet(admin_, "/metrics", 2s);
+  ASSERT_TRUE(m && m->first == 200);
+  const double held = metricValue(m->second, "xdcr_filtered_total", "reason=\"expiration\"");
+  EXPECT_GE(held, 2) << m->second;
+  report(what() + ": strip_ttl + drop_expirations: 2 fields the source expired kept on the " +
+         "target, a user's HDEL replicated; " + std::to_string(static_cast<int>(held)) +
+         " expirations held back");
+}
+
 // A value over the target's proto-max-bulk-len cannot travel as one RESTORE payload (vector
 // H-11): before, such a key was counted failed and not copied ("raise proto-max-bulk-len");
 // now a list goes in RPUSH batches. A string that long cannot exist on the target at all (Redis

@@ -616,3 +616,54 @@ TEST(SnapshotFieldDeadline, AModuleValueThatCannotBeRebuiltFailsWithAReason) {
 
 }  // namespace
 }  // namespace xdcr::target
+
+// A field's expiry reaches the stream as HDEL of that field; with the field deadline index it is
+// an expiration, which drop_expirations keeps from the target (docs/hash-field-expiry.md H6).
+namespace xdcr::target {
+namespace {
+
+TEST(FieldExpiry, H6_AnHdelOfAFieldPastItsDeadlineIsAnExpiration) {
+  Chain c;
+  c.pipe.filters.drop_expirations = true;
+  EXPECT_EQ(c.feed1({"HSET", "h", "a", "1", "b", "2", "c", "3"}).size(), 1u);
+  EXPECT_EQ(c.feed1({"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "2", "a", "c"}).size(), 1u);
+  EXPECT_EQ(c.feed1({"HSET", "h", "c", "4"}).size(), 1u);  // writing c clears its TTL
+  c.clock.advance(11 * S);
+  EXPECT_EQ(c.feed1({"HDEL", "h", "a"}), Cmds{}) << "the expiry of a";
+  EXPECT_EQ(c.stats.filtered[idx(FilterReason::Expiration)], 1u);
+  EXPECT_EQ(c.feed1({"HDEL", "h", "b"}), (Cmds{{"HDEL", "h", "b"}})) << "b had no deadline";
+  EXPECT_EQ(c.feed1({"HDEL", "h", "c"}), (Cmds{{"HDEL", "h", "c"}})) << "HSET cleared c's TTL";
+  EXPECT_EQ(c.stats.filtered[idx(FilterReason::Expiration)], 1u);
+}
+
+TEST(FieldExpiry, H6_ValkeysUnlinkOfTheHashItsLastFieldLeftIsPartOfTheExpiration) {
+  Chain c;
+  c.pipe.filters.drop_expirations = true;
+  c.feed1({"HSETEX", "h", "PXAT", n(kNow + 5 * S), "FIELDS", "1", "x", "1"});
+  c.clock.advance(6 * S);
+  EXPECT_EQ(c.feed({{"MULTI"}, {"HDEL", "h", "x"}, {"UNLINK", "h"}, {"EXEC"}}, true), Cmds{});
+  EXPECT_EQ(c.stats.filtered[idx(FilterReason::Expiration)], 2u);
+  // Without drop_expirations both are replicated, as one transaction.
+  Chain d;
+  d.feed1({"HSETEX", "h", "PXAT", n(kNow + 5 * S), "FIELDS", "1", "x", "1"});
+  d.clock.advance(6 * S);
+  EXPECT_EQ(d.feed({{"MULTI"}, {"HDEL", "h", "x"}, {"UNLINK", "h"}, {"EXEC"}}, true),
+            (Cmds{{"MULTI"}, {"HDEL", "h", "x"}, {"UNLINK", "h"}, {"EXEC"}}));
+}
+
+TEST(FieldExpiry, H6_OnlyASingleFieldHdelOfAnIndexedPastDeadlineIsAnExpiration) {
+  Chain c;
+  c.pipe.filters.drop_expirations = true;
+  c.feed1({"HPEXPIREAT", "h", n(kNow + 5 * S), "FIELDS", "2", "a", "b"});
+  c.feed1({"HPERSIST", "h", "FIELDS", "1", "b"});
+  c.feed1({"HPEXPIREAT", "k", n(kNow + 5 * S), "FIELDS", "1", "a"});
+  c.feed1({"DEL", "k"});  // the key is gone: so are its fields' deadlines
+  c.clock.advance(6 * S);
+  EXPECT_EQ(c.feed1({"HDEL", "h", "a", "b"}).size(), 1u) << "a user's HDEL of two fields";
+  EXPECT_EQ(c.feed1({"HDEL", "h", "b"}).size(), 1u) << "HPERSIST removed b's deadline";
+  EXPECT_EQ(c.feed1({"HDEL", "k", "a"}).size(), 1u) << "k was deleted and written again";
+  EXPECT_EQ(c.stats.filtered[idx(FilterReason::Expiration)], 0u);
+}
+
+}  // namespace
+}  // namespace xdcr::target
