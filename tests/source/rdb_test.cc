@@ -207,6 +207,41 @@ TEST(RdbWalker, DeclaredValuesTheDataCannotHaveAreErrors) {
   EXPECT_NE(header.error.find("not an RDB"), std::string::npos) << header.error;
 }
 
+// Valkey 9's RDB 80 (what it sends a replica announcing 9.0: server-versions-notes.md §3.2): its
+// own magic, HASH_2 (type 22: name, value, 8-byte expiry per field), and the SLOT_INFO opcode a
+// cluster node (Redis 7.4+, Valkey 8+) writes before a slot's keys. Type 22 and 24/25 are read
+// by whose file it is. (The snapshot of a real Valkey 9 is walked in matrix_test.)
+TEST(RdbWalker, ValkeysRdb80AndSlotInfo) {
+  using namespace std::string_literals;
+  // (hex escapes split from the letters that follow: "\x02" "f1", not "\x02f1")
+  const std::string hash2 = "\x16\x02"s + "hx" + "\x02\x02" + "f1" + "\x02" + "v1" +
+                            "\x10\x27\x00\x00\x00\x00\x00\x00"s + "\x02" + "f2" + "\x02" + "v2" +
+                            std::string(8, '\xff');
+  const std::string body = "\xfe\x00\xf4\x05\x01\x00"s + hash2 + "\xff"s + std::string(8, '\0');
+  Walked v = walk("VALKEY080"s + body, 12);
+  ASSERT_EQ(v.error, "");
+  EXPECT_TRUE(v.eof);
+  EXPECT_EQ(v.version, 80);
+  ASSERT_EQ(v.keys.count("0:hx"), 1u);
+  EXPECT_EQ(v.keys["0:hx"].first, 22);
+  EXPECT_EQ(v.keys["0:hx"].second, hash2.substr(4));
+  // The same bytes in a Redis file: 22 is not Valkey's HASH_2 there.
+  Walked r = walk("REDIS0012"s + body, 12);
+  EXPECT_NE(r.error.find("value type 22"), std::string::npos) << r.error;
+  // Versions this agent does not read are named.
+  Walked newer = walk("REDIS0013"s + body, 12);
+  EXPECT_NE(newer.error.find("REDIS0001 to REDIS0012 and VALKEY080"), std::string::npos)
+      << newer.error;
+  Walked valkey81 = walk("VALKEY081"s + body, 12);
+  EXPECT_NE(valkey81.error.find("not an RDB file this agent can read"), std::string::npos);
+  // Valkey's types 0-21 travel as RDB 11 (Valkey writes them so); its HASH_2 as 80.
+  Walker w;
+  Item item;
+  ASSERT_EQ(w.next("VALKEY080"s, item).status, Status::Item);
+  EXPECT_EQ(payloadVersion(w, 20), 11);
+  EXPECT_EQ(payloadVersion(w, 22), 80);
+}
+
 TEST_F(RdbWalkerTest, EveryEntryIsAValidRestorePayload) {
   Walked w = walk(rdb_, rdb_.size());
   ASSERT_TRUE(w.error.empty()) << w.error;
