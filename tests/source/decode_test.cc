@@ -182,13 +182,15 @@ TEST(Decode, CommandsLearnedFromTheSourcesCommandTable) {
   EXPECT_EQ(learnCommands(parseCommandReply(reply)), 2u);
   EXPECT_EQ(learnCommands(parseCommandReply(reply)), 0u) << "learned twice";
 
-  const Change w = decode(Cmd({"XTestWrite", "k", "arg"}));
+  const Cmd write({"XTestWrite", "k", "arg"});  // (events view the command: it must outlive them)
+  const Change w = decode(write);
   EXPECT_EQ(w.effect, Effect::InPlace);
   ASSERT_EQ(w.events.size(), 1u);
   EXPECT_EQ(w.events[0].key, "k");
   EXPECT_TRUE(isLearned(w.spec));
   EXPECT_TRUE(isReplayUnsafe(w.spec));
-  const Change p = decode(Cmd({"xtestpair", "a", "1", "b", "2"}));
+  const Cmd pair({"xtestpair", "a", "1", "b", "2"});
+  const Change p = decode(pair);
   ASSERT_EQ(p.events.size(), 2u);
   EXPECT_EQ(p.events[1].key, "b");
   EXPECT_EQ(decode(Cmd({"xtestread", "k"})).effect, Effect::Unknown);
