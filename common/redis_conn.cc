@@ -14,6 +14,7 @@
 
 #include <tuple>
 
+#include "common/rate_limiter.h"
 #include "common/tls.h"
 
 namespace xdcr {
@@ -59,10 +60,37 @@ struct RedisConnection::Tls {
   Tls(tls::ssl::context c, net::ip::tcp::socket s) : ctx(std::move(c)), stream(std::move(s), ctx) {}
 };
 
+struct RedisConnection::Throttle {
+  std::shared_ptr<RateLimiter> read;
+  std::shared_ptr<RateLimiter> write;
+  net::steady_timer read_timer;  // a read and a write may wait at once (a target's reader and
+  net::steady_timer write_timer;  // writer)
+
+  explicit Throttle(const net::any_io_executor& ex) : read_timer(ex), write_timer(ex) {}
+};
+
 RedisConnection::RedisConnection(net::any_io_executor ex, std::string label)
     : socket_(ex), label_(std::move(label)) {}
 
 RedisConnection::~RedisConnection() = default;
+
+void RedisConnection::setRateLimits(std::shared_ptr<RateLimiter> read,
+                                    std::shared_ptr<RateLimiter> write) {
+  // Once made, the timers stay (a wait may be under way when the limits change).
+  if (!throttle_ && !read && !write) return;
+  if (!throttle_) throttle_ = std::make_unique<Throttle>(tcp().get_executor());
+  throttle_->read = std::move(read);
+  throttle_->write = std::move(write);
+}
+
+net::awaitable<bool> RedisConnection::throttleWait(bool reading,
+                                                   std::chrono::steady_clock::duration wait) {
+  if (closed_) co_return false;
+  net::steady_timer& timer = reading ? throttle_->read_timer : throttle_->write_timer;
+  timer.expires_after(wait);
+  auto [ec] = co_await timer.async_wait(use_nothrow);
+  co_return !ec && !closed_;
+}
 
 net::ip::tcp::socket& RedisConnection::tcp() {
   return tls_ ? tls_->stream.next_layer() : socket_;
@@ -73,6 +101,7 @@ net::awaitable<Status> RedisConnection::connect(const RedisEndpoint& endpoint,
   endpoint_ = endpoint;
   endpoint_.password.reset();  // kept for messages only
   close();
+  closed_ = false;
   tls_.reset();
   buf_.consume(buf_.size());
   bytes_read_ = 0;
@@ -182,8 +211,19 @@ std::string RedisConnection::describeIoError(const boost::system::error_code& ec
 }
 
 net::awaitable<Result<size_t>> RedisConnection::readSome() {
+  // (a copy: the limits may change while this read waits)
+  const std::shared_ptr<RateLimiter> limit = throttle_ ? throttle_->read : nullptr;
+  if (limit != nullptr) {
+    // A debt an ended wait left (its bytes were read already) is paid before reading more.
+    const auto debt = limit->debt(RateLimiter::Clock::now());
+    if (debt > std::chrono::milliseconds(1) && !co_await throttleWait(true, debt)) {
+      co_return fail(Error::cancelled());
+    }
+  }
   size_t free = 0;
   char* p = buf_.prepare(kMinReadSpace, free);
+  // Limited: a burst at most, so the reads (and the sender, held by TCP) follow the rate evenly.
+  if (limit != nullptr) free = std::min<size_t>(free, std::max<uint64_t>(limit->burst(), 1));
   boost::system::error_code ec;
   size_t n = 0;
   if (tls_) {
@@ -197,6 +237,11 @@ net::awaitable<Result<size_t>> RedisConnection::readSome() {
   }
   buf_.commit(n);
   bytes_read_ += n;
+  if (limit != nullptr) {
+    const auto wait = limit->take(n, RateLimiter::Clock::now());
+    // Ended by close() or cancel(): the bytes are in the buffer; the next read pays the rest.
+    if (wait > RateLimiter::Clock::duration::zero()) co_await throttleWait(true, wait);
+  }
   co_return n;
 }
 
@@ -211,6 +256,28 @@ net::awaitable<Result<size_t>> RedisConnection::readSomeWithTimeout(
 }
 
 net::awaitable<Status> RedisConnection::writeAll(std::string_view data) {
+  if (throttle_ && throttle_->write) co_return co_await writeThrottled(data);
+  co_return co_await writeRaw(data);
+}
+
+net::awaitable<Status> RedisConnection::writeThrottled(std::string_view data) {
+  // Pieces of a burst: the target receives (and answers) at the rate, evenly, rather than a
+  // whole batch after a long wait (its silence would look like a stalled target).
+  const std::shared_ptr<RateLimiter> limit = throttle_->write;
+  const size_t piece = std::max<uint64_t>(limit->burst(), 1);
+  while (!data.empty()) {
+    const std::string_view now = data.substr(0, piece);
+    const auto wait = limit->take(now.size(), RateLimiter::Clock::now());
+    if (wait > RateLimiter::Clock::duration::zero() && !co_await throttleWait(false, wait)) {
+      co_return fail(Error::cancelled());
+    }
+    if (auto s = co_await writeRaw(now); !s) co_return s;
+    data.remove_prefix(now.size());
+  }
+  co_return Status{};
+}
+
+net::awaitable<Status> RedisConnection::writeRaw(std::string_view data) {
   boost::system::error_code ec;
   size_t n = 0;
   if (tls_) {
@@ -360,11 +427,20 @@ void RedisConnection::close() {
   auto& s = tcp();
   s.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
   s.close(ignored);
+  closed_ = true;
+  if (throttle_) {
+    throttle_->read_timer.cancel();
+    throttle_->write_timer.cancel();
+  }
 }
 
 void RedisConnection::cancel() {
   boost::system::error_code ignored;
   tcp().cancel(ignored);
+  if (throttle_) {
+    throttle_->read_timer.cancel();
+    throttle_->write_timer.cancel();
+  }
 }
 
 }  // namespace xdcr

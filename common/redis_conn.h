@@ -5,6 +5,10 @@
 // TCP or TLS over it (common/tls.h); both read into the same buffer, without allocating.
 //
 // Not thread-safe: used from one coroutine strand. At most one read and one write in flight.
+//
+// Bandwidth limits (setRateLimits(), the pipeline option `bandwidth_limit`): a connection with a
+// read limiter waits after each read while the limiter is in debt, one with a write limiter
+// before each piece it writes. Without limiters (the default) nothing of that runs.
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -24,6 +28,8 @@
 namespace xdcr {
 
 namespace net = boost::asio;
+
+class RateLimiter;
 
 /** A contiguous byte buffer: data is appended at the end and consumed from the front. */
 class ReadBuffer {
@@ -93,6 +99,14 @@ class RedisConnection {
   net::awaitable<Result<size_t>> readSome();
   net::awaitable<Status> writeAll(std::string_view data);
 
+  /**
+   * Bandwidth limits (common/rate_limiter.h); nullptr: none. readSome() reads at most a burst
+   * of `read` at a time and, after reading, waits while `read` is in debt; writeAll() writes in
+   * pieces of at most a burst of `write`, each after the wait `write` asks for. close() and
+   * cancel() end a wait as they end a pending read or write. Kept across connect().
+   */
+  void setRateLimits(std::shared_ptr<RateLimiter> read, std::shared_ptr<RateLimiter> write);
+
   ReadBuffer& buffer() { return buf_; }
   const ReadBuffer& buffer() const { return buf_; }
   const std::string& label() const { return label_; }
@@ -105,7 +119,8 @@ class RedisConnection {
   bool tls() const { return tls_ != nullptr; }
 
  private:
-  struct Tls;  // the SSL context and stream (redis_conn.cc), only when TLS is on
+  struct Tls;       // the SSL context and stream (redis_conn.cc), only when TLS is on
+  struct Throttle;  // the rate limiters and their timers, only when setRateLimits() set one
 
   net::awaitable<Status> connectTcp(const RedisEndpoint& endpoint,
                                     std::chrono::milliseconds timeout);
@@ -117,6 +132,11 @@ class RedisConnection {
   /** The message of a failed read or write, with a TLS explanation or a "not TLS?" hint. */
   std::string describeIoError(const boost::system::error_code& ec, bool reading) const;
   net::ip::tcp::socket& tcp();
+  /** The write itself, without limits. */
+  net::awaitable<Status> writeRaw(std::string_view data);
+  net::awaitable<Status> writeThrottled(std::string_view data);
+  /** Waits `wait` (the read's or the write's timer); false when close() or cancel() ended it. */
+  net::awaitable<bool> throttleWait(bool reading, std::chrono::steady_clock::duration wait);
 
   net::ip::tcp::socket socket_;  // plain TCP; moved into tls_ once TLS starts
   std::unique_ptr<Tls> tls_;
@@ -124,6 +144,8 @@ class RedisConnection {
   std::string label_;
   ReadBuffer buf_;
   uint64_t bytes_read_ = 0;
+  std::unique_ptr<Throttle> throttle_;
+  bool closed_ = false;  // close() since the last connect(): a throttle wait ends at once
 };
 
 }  // namespace xdcr

@@ -1,0 +1,367 @@
+// The token bucket of bandwidth_limit (common/rate_limiter.h) on simulated time: the rate held
+// over a long run, the burst, debt paid in proportion, a bucket shared by several limiters, the
+// rate of the last seconds; and RedisConnection with limiters on a loopback socket: reads and
+// writes at the rate, and close() ending a throttled read or write at once.
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/rate_limiter.h"
+#include "common/redis_conn.h"
+
+namespace xdcr {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = RateLimiter::Clock;
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+/** Simulated time: a caller that takes `bytes` and then waits what take() said. */
+struct Sim {
+  Clock::time_point now{};  // the epoch: like clock::SimulatedClock
+  void pass(Clock::duration d) { now += d; }
+};
+
+TEST(RateLimiter, BurstIsATwentiethOfTheRateAtLeast64KiB) {
+  EXPECT_EQ(RateLimiter(20'000'000).burst(), 1'000'000u);
+  EXPECT_EQ(RateLimiter(2'000'000).burst(), 100'000u);
+  EXPECT_EQ(RateLimiter(100'000).burst(), 64u * 1024);
+  EXPECT_EQ(RateLimiter(1).burst(), 64u * 1024);
+}
+
+TEST(RateLimiter, HoldsTheRateOverALongRunWithinTwoPercent) {
+  // Transfers of random sizes (a read's 1 B .. 256 KiB) for 10 simulated minutes, each after
+  // the wait the previous ones left: what passed is rate × time, to 2 %.
+  for (const uint64_t rate : {64'000ULL, 2'000'000ULL, 20'000'000ULL, 1'000'000'000ULL}) {
+    RateLimiter limit(rate);
+    Sim sim;
+    std::mt19937_64 rng(rate);
+    std::uniform_int_distribution<uint64_t> size(1, 256 * 1024);
+    uint64_t sent = 0;
+    const auto end = sim.now + 600s;
+    while (sim.now < end) {
+      const uint64_t n = size(rng);
+      sim.pass(limit.take(n, sim.now));
+      sent += n;
+    }
+    const double elapsed = seconds(sim.now - Clock::time_point{});
+    const double measured = double(sent) / elapsed;
+    EXPECT_NEAR(measured, double(rate), 0.02 * double(rate)) << "rate " << rate;
+    EXPECT_EQ(limit.bytes(), sent);
+    // Nearly all of the time was spent waiting (the transfers themselves take none here).
+    EXPECT_NEAR(limit.throttledSeconds(), elapsed, 0.02 * elapsed) << "rate " << rate;
+  }
+}
+
+TEST(RateLimiter, AFullBucketLetsABurstThroughWithoutWaiting) {
+  RateLimiter limit(2'000'000);  // burst 100,000
+  Sim sim;
+  EXPECT_EQ(limit.take(60'000, sim.now), Clock::duration::zero());
+  EXPECT_EQ(limit.take(40'000, sim.now), Clock::duration::zero());  // exactly the burst
+  // One byte more is debt: 1 / 2,000,000 s.
+  EXPECT_NEAR(seconds(limit.take(1, sim.now)), 0.5e-6, 2e-9);
+  EXPECT_EQ(limit.throttledSeconds(), seconds(limit.debt(sim.now)));
+}
+
+TEST(RateLimiter, IdleTimeRefillsNoMoreThanTheBurst) {
+  RateLimiter limit(2'000'000);
+  Sim sim;
+  limit.take(100'000, sim.now);  // empty
+  sim.pass(1h);                  // would be 7.2 GB of credit without the cap
+  EXPECT_EQ(limit.take(100'000, sim.now), Clock::duration::zero());
+  EXPECT_NEAR(seconds(limit.take(2'000'000, sim.now)), 1.0, 1e-9);
+}
+
+TEST(RateLimiter, ALargeTransferWaitsInProportionAndTheNextOneWaitsForItsDebt) {
+  RateLimiter limit(1'000'000);  // burst 64 KiB
+  Sim sim;
+  const uint64_t burst = limit.burst();
+  // 10 MB at once: not split, not refused; the wait is what it costs beyond the burst.
+  const auto wait = limit.take(10'000'000 + burst, sim.now);
+  EXPECT_NEAR(seconds(wait), 10.0, 1e-6);
+  EXPECT_NEAR(seconds(limit.debt(sim.now)), 10.0, 1e-6);
+  // Another caller at the same moment waits behind that debt.
+  EXPECT_NEAR(seconds(limit.take(500'000, sim.now)), 10.5, 1e-6);
+  // Half-way the debt is half paid.
+  sim.pass(5250ms);
+  EXPECT_NEAR(seconds(limit.debt(sim.now)), 5.25, 1e-6);
+  sim.pass(5250ms);
+  EXPECT_EQ(limit.debt(sim.now), Clock::duration::zero());
+  EXPECT_NEAR(limit.throttledSeconds(), 20.5, 1e-6);
+}
+
+TEST(RateLimiter, TimeGoingBackDoesNotAddCredit) {
+  RateLimiter limit(1'000'000);
+  Sim sim;
+  sim.pass(10s);
+  limit.take(limit.burst(), sim.now);
+  EXPECT_NEAR(seconds(limit.take(1'000'000, sim.now - 5s)), 1.0, 1e-6);
+}
+
+TEST(RateLimiter, LimitersOverASharedBucketWaitTogetherAndCountApart) {
+  auto bucket = std::make_shared<RateLimiter>(1'000'000);
+  RateLimiter a(bucket);
+  RateLimiter b(bucket);
+  EXPECT_EQ(a.rate(), 1'000'000u);
+  EXPECT_EQ(a.burst(), bucket->burst());
+  Sim sim;
+  // Two connections taking in turn get the rate between them, not twice it.
+  uint64_t sent = 0;
+  while (sim.now < Clock::time_point{} + 100s) {
+    sim.pass(std::max(a.take(50'000, sim.now), b.take(50'000, sim.now)));
+    sent += 100'000;
+  }
+  EXPECT_NEAR(double(sent) / 100.0, 1'000'000.0, 20'000.0);
+  EXPECT_EQ(a.bytes() + b.bytes(), bucket->bytes());
+  EXPECT_EQ(a.bytes(), b.bytes());
+  EXPECT_NEAR(a.throttledSeconds() + b.throttledSeconds(), bucket->throttledSeconds(), 1e-6);
+}
+
+TEST(RateLimiter, SharedFindsTheBucketOfAKeyWhileItIsHeldAndReplacesAnotherRate) {
+  auto one = RateLimiter::shared("test pipeline p", 1'000'000);
+  auto again = RateLimiter::shared("test pipeline p", 1'000'000);
+  EXPECT_EQ(one, again);
+  EXPECT_NE(RateLimiter::shared("test pipeline q", 1'000'000), one);
+  auto faster = RateLimiter::shared("test pipeline p", 2'000'000);  // a reloaded config
+  EXPECT_NE(faster, one);
+  EXPECT_EQ(faster->rate(), 2'000'000u);
+  one.reset();
+  again.reset();
+  faster.reset();
+  // Nothing holds it any more: a new one.
+  auto fresh = RateLimiter::shared("test pipeline p", 1'000'000);
+  EXPECT_EQ(fresh->bytes(), 0u);
+}
+
+TEST(RateLimiter, RecentRateIsTheAverageOfTheLastFiveWholeSeconds) {
+  RateLimiter limit(10'000'000);
+  Sim sim;
+  sim.pass(100s);
+  EXPECT_EQ(limit.recentRate(sim.now), 0.0);
+  // 1 MB in each of 10 seconds, in 10 pieces.
+  for (int s = 0; s < 10; ++s) {
+    for (int i = 0; i < 10; ++i) {
+      limit.take(100'000, sim.now);
+      sim.pass(100ms);
+    }
+  }
+  EXPECT_NEAR(limit.recentRate(sim.now), 1'000'000.0, 1.0);
+  sim.pass(3s);  // quiet: 2 of the last 5 seconds carried 1 MB
+  EXPECT_NEAR(limit.recentRate(sim.now), 400'000.0, 1.0);
+  sim.pass(10s);
+  EXPECT_EQ(limit.recentRate(sim.now), 0.0);
+}
+
+// ---- RedisConnection with limiters, on a loopback socket --------------------------------------
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
+
+/** A loopback server that sends `send` bytes to its first client, or counts what it reads. */
+class Peer {
+ public:
+  Peer(net::io_context& ioc, size_t send) : acceptor_(ioc, tcp::endpoint(tcp::v4(), 0)) {
+    net::co_spawn(ioc, serve(send), net::detached);
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  size_t received() const { return received_; }
+  RedisEndpoint endpoint() const {
+    RedisEndpoint e;
+    e.cluster = "test";
+    e.host = "127.0.0.1";
+    e.port = port();
+    return e;
+  }
+
+ private:
+  net::awaitable<void> serve(size_t send) {
+    auto [ec, socket] = co_await acceptor_.async_accept(use_nothrow);
+    if (ec) co_return;
+    socket_ = std::make_unique<tcp::socket>(std::move(socket));
+    if (send > 0) {
+      std::string data(send, 'x');
+      co_await net::async_write(*socket_, net::buffer(data), use_nothrow);
+      co_return;
+    }
+    std::vector<char> buf(1 << 16);
+    for (;;) {
+      auto [rec, n] = co_await socket_->async_read_some(net::buffer(buf), use_nothrow);
+      if (rec) co_return;
+      received_ += n;
+    }
+  }
+
+  tcp::acceptor acceptor_;
+  std::unique_ptr<tcp::socket> socket_;
+  size_t received_ = 0;
+};
+
+/** Runs `body` on `ioc` until it returns (bounded). */
+template <class F>
+void run(net::io_context& ioc, F body) {
+  bool done = false;
+  net::co_spawn(ioc, body(), [&](std::exception_ptr e) {
+    done = true;
+    ioc.stop();  // the peer may still wait for bytes
+    if (e) std::rethrow_exception(e);
+  });
+  ioc.run_for(20s);
+  ASSERT_TRUE(done) << "did not finish within 20 s";
+}
+
+TEST(RateLimitedConnection, ReadsAtTheRate) {
+  net::io_context ioc;
+  constexpr size_t kBytes = 600'000;
+  Peer peer(ioc, kBytes);
+  RedisConnection conn(ioc.get_executor(), "test");
+  auto limit = std::make_shared<RateLimiter>(1'000'000);  // burst 64 KiB
+  conn.setRateLimits(limit, nullptr);
+  double elapsed = 0;
+  size_t got = 0;
+  run(ioc, [&]() -> net::awaitable<void> {
+    auto s = co_await conn.connect(peer.endpoint(), 2000ms);
+    EXPECT_TRUE(s) << s.error().message;
+    const auto start = Clock::now();
+    while (got < kBytes) {
+      auto r = co_await conn.readSome();
+      if (!r) break;
+      got += *r;
+      EXPECT_LE(*r, limit->burst());  // one burst per read at most
+      conn.buffer().consume(conn.buffer().size());
+    }
+    elapsed = seconds(Clock::now() - start);
+  });
+  EXPECT_EQ(got, kBytes);
+  // The first burst is free; the rest comes at 1 MB/s.
+  const double least = double(kBytes - limit->burst()) / 1e6;
+  std::printf("read %zu bytes at 1 MB/s in %.3f s (at least %.3f s)\n", got, elapsed, least);
+  EXPECT_GE(elapsed, least * 0.98);
+  EXPECT_LE(elapsed, least + 1.0);
+  EXPECT_EQ(limit->bytes(), kBytes);
+  EXPECT_GT(limit->throttledSeconds(), least * 0.9);
+}
+
+TEST(RateLimitedConnection, WritesAtTheRateInPieces) {
+  net::io_context ioc;
+  Peer peer(ioc, 0);
+  RedisConnection conn(ioc.get_executor(), "test");
+  auto limit = std::make_shared<RateLimiter>(1'000'000);
+  conn.setRateLimits(nullptr, limit);
+  constexpr size_t kBytes = 600'000;
+  double elapsed = 0;
+  run(ioc, [&]() -> net::awaitable<void> {
+    auto s = co_await conn.connect(peer.endpoint(), 2000ms);
+    EXPECT_TRUE(s) << s.error().message;
+    const auto start = Clock::now();
+    std::string data(kBytes, 'y');
+    auto w = co_await conn.writeAll(data);
+    EXPECT_TRUE(w) << w.error().message;
+    elapsed = seconds(Clock::now() - start);
+    // Let the peer read the rest.
+    net::steady_timer t(co_await net::this_coro::executor, 200ms);
+    co_await t.async_wait(use_nothrow);
+  });
+  const double least = double(kBytes - limit->burst()) / 1e6;
+  std::printf("wrote %zu bytes at 1 MB/s in %.3f s (at least %.3f s)\n", kBytes, elapsed, least);
+  EXPECT_GE(elapsed, least * 0.98);
+  EXPECT_LE(elapsed, least + 1.0);
+  EXPECT_EQ(peer.received(), kBytes);
+}
+
+TEST(RateLimitedConnection, CloseEndsAThrottledReadAndWriteAtOnce) {
+  net::io_context ioc;
+  Peer peer(ioc, 1'000'000);
+  RedisConnection conn(ioc.get_executor(), "test");
+  // 64 KiB/s: after the free burst, every read of 64 KiB owes a second.
+  auto read = std::make_shared<RateLimiter>(64 * 1024);
+  auto write = std::make_shared<RateLimiter>(64 * 1024);
+  conn.setRateLimits(read, write);
+  double read_ended = -1, write_ended = -1;
+  std::optional<Error> next_read;
+  run(ioc, [&]() -> net::awaitable<void> {
+    auto ex = co_await net::this_coro::executor;
+    auto s = co_await conn.connect(peer.endpoint(), 2000ms);
+    EXPECT_TRUE(s) << s.error().message;
+    // Empty both buckets, so the next read and write must wait about a second each.
+    read->take(read->burst(), Clock::now());
+    write->take(write->burst(), Clock::now());
+    const auto start = Clock::now();
+    // (named: a coroutine lambda's captures live in the lambda, which must outlive it)
+    auto writer = [&]() -> net::awaitable<void> {
+      std::string data(64 * 1024, 'z');
+      auto w = co_await conn.writeAll(data);
+      EXPECT_FALSE(w);  // ended by close(), before writing
+      write_ended = seconds(Clock::now() - start);
+    };
+    auto reader = [&]() -> net::awaitable<void> {
+      auto r = co_await conn.readSome();  // reads, then owes ~1 s: ended by close()
+      EXPECT_TRUE(r);
+      read_ended = seconds(Clock::now() - start);
+      auto again = co_await conn.readSome();  // closed: fails at once
+      if (!again) next_read = again.error();
+    };
+    net::co_spawn(ex, writer(), net::detached);
+    net::co_spawn(ex, reader(), net::detached);
+    net::steady_timer t(ex, 150ms);
+    co_await t.async_wait(use_nothrow);
+    conn.close();
+    t.expires_after(100ms);
+    co_await t.async_wait(use_nothrow);
+  });
+  std::printf("read ended after %.3f s, write after %.3f s (closed at 0.150 s)\n", read_ended,
+              write_ended);
+  EXPECT_GE(read_ended, 0.14);
+  EXPECT_LT(read_ended, 0.5);
+  EXPECT_GE(write_ended, 0.14);
+  EXPECT_LT(write_ended, 0.5);
+  ASSERT_TRUE(next_read.has_value());
+}
+
+TEST(RateLimitedConnection, WithoutLimitersNothingWaits) {
+  net::io_context ioc;
+  constexpr size_t kBytes = 4'000'000;
+  Peer peer(ioc, kBytes);
+  RedisConnection conn(ioc.get_executor(), "test");
+  conn.setRateLimits(nullptr, nullptr);
+  size_t got = 0;
+  double elapsed = 0;
+  run(ioc, [&]() -> net::awaitable<void> {
+    auto s = co_await conn.connect(peer.endpoint(), 2000ms);
+    EXPECT_TRUE(s) << s.error().message;
+    const auto start = Clock::now();
+    while (got < kBytes) {
+      auto r = co_await conn.readSome();
+      if (!r) break;
+      got += *r;
+      conn.buffer().consume(conn.buffer().size());
+    }
+    elapsed = seconds(Clock::now() - start);
+  });
+  EXPECT_EQ(got, kBytes);
+  EXPECT_LT(elapsed, 2.0);
+}
+
+}  // namespace
+}  // namespace xdcr
