@@ -202,6 +202,12 @@ struct PipelineConfig {
    * the target mirror the source; only safe when nothing else writes that key space.
    */
   bool delete_stale_keys = false;
+  /**
+   * bandwidth_limit: bytes per second (0 = none) for what the pipeline reads from its source
+   * and, separately, for what it writes to its target (Couchbase XDCR's networkUsageLimit).
+   * Written as an integer or with a unit: 20MB, 500KB, 1GB (decimal), 64KiB, 20MiB, 1GiB.
+   */
+  uint64_t bandwidth_limit = 0;
   Mark mark;
 };
 

@@ -319,6 +319,95 @@ std::optional<Duration> readDuration(const Entry& entry, DurationRule rule, Diag
   return duration;
 }
 
+/**
+ * Bytes per second: an integer, or a number (a fraction too) with a unit — B, KB (or kB), MB, GB,
+ * TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), optionally followed by "/s"
+ * ("20MB", "1.5GiB/s", "500 KB"). A lower-case b is not taken: "Mb" usually means megabits.
+ * nullopt when it is none of these or too large.
+ */
+std::optional<uint64_t> parseBytesPerSecond(std::string_view text) {
+  auto trim = [](std::string_view& t) {
+    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  };
+  trim(text);
+  if (text.size() >= 2 && (text.ends_with("/s") || text.ends_with("/S"))) {
+    text.remove_suffix(2);
+    trim(text);
+  }
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  size_t end = digits;
+  if (end < text.size() && text[end] == '.') {
+    ++end;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  }
+  if (digits == 0 || end == digits + 1) return std::nullopt;  // no integer part, or "5."
+  const std::string_view number = text.substr(0, end);
+  std::string_view unit = text.substr(end);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  struct Unit {
+    std::string_view name;
+    uint64_t bytes;
+  };
+  static constexpr Unit kUnits[] = {
+      {"", 1},
+      {"B", 1},
+      {"KB", 1000},
+      {"kB", 1000},
+      {"MB", 1000 * 1000},
+      {"GB", 1000 * 1000 * 1000},
+      {"TB", 1000ULL * 1000 * 1000 * 1000},
+      {"KiB", 1ULL << 10},
+      {"MiB", 1ULL << 20},
+      {"GiB", 1ULL << 30},
+      {"TiB", 1ULL << 40},
+  };
+  const Unit* found = nullptr;
+  for (const Unit& u : kUnits) {
+    if (unit == u.name) found = &u;
+  }
+  if (found == nullptr) return std::nullopt;
+  if (end == digits) {  // an integer: exact
+    uint64_t n = 0;
+    auto [p, ec] = std::from_chars(number.data(), number.data() + number.size(), n);
+    uint64_t total = 0;
+    if (ec != std::errc() || __builtin_mul_overflow(n, found->bytes, &total)) return std::nullopt;
+    return total;
+  }
+  if (found->bytes == 1) return std::nullopt;  // a fraction of a byte
+  const double value = std::strtod(std::string(number).c_str(), nullptr) * double(found->bytes);
+  if (!(value < 9.0e18)) return std::nullopt;
+  return static_cast<uint64_t>(value);
+}
+
+/** bandwidth_limit: bytes per second, 0 = none (parseBytesPerSecond). */
+std::optional<uint64_t> readBandwidth(const Entry& entry, Diagnostics& diags) {
+  constexpr std::string_view kHow =
+      "use 0 for no limit, an integer number of bytes per second, or a number with a unit: "
+      "20MB, 500KB, 1GB (powers of 1000) or 64KiB, 20MiB, 1GiB (powers of 1024)";
+  if (!entry.value.IsScalar()) {
+    diags.error(entry.value_mark, entry.key + " must be bytes per second such as 20MB, not " +
+                                      describeNode(entry.value) + "; " + std::string(kHow));
+    return std::nullopt;
+  }
+  const std::string& text = entry.value.Scalar();
+  std::string_view body = text;
+  while (!body.empty() && body.front() == ' ') body.remove_prefix(1);
+  if (!body.empty() && body.front() == '-' && parseBytesPerSecond(body.substr(1))) {
+    diags.error(entry.value_mark, entry.key + " must not be negative (got " + quote(text) + "); " +
+                                      std::string(kHow));
+    return std::nullopt;
+  }
+  auto value = parseBytesPerSecond(text);
+  if (!value) {
+    diags.error(entry.value_mark,
+                "invalid " + entry.key + " " + quote(text) + ": " + std::string(kHow));
+    return std::nullopt;
+  }
+  return value;
+}
+
 template <class T>
 std::optional<T> readEnum(const Entry& entry, const std::vector<std::pair<std::string, T>>& choices,
                           Diagnostics& diags) {
@@ -1336,7 +1425,7 @@ void parsePipelines(const Entry& section, ParsedConfig& out, Diagnostics& diags)
     }
     MapReader reader(item, "in pipeline",
                      {"name", "source", "target", "dbs", "filters", "key_rewrite",
-                      "checkpoint_interval", "full_sync"},
+                      "checkpoint_interval", "full_sync", "bandwidth_limit"},
                      diags);
     PipelineConfig pipeline;
     PipelineMarks marks;
@@ -1387,6 +1476,9 @@ void parsePipelines(const Entry& section, ParsedConfig& out, Diagnostics& diags)
           if (auto v = readBool(*d, diags)) pipeline.delete_stale_keys = *v;
         }
       }
+    }
+    if (const Entry* e = reader.get("bandwidth_limit")) {
+      if (auto v = readBandwidth(*e, diags)) pipeline.bandwidth_limit = *v;
     }
     out.config.pipelines.push_back(std::move(pipeline));
     out.pipeline_marks.push_back(std::move(marks));

@@ -137,7 +137,8 @@ Json pipelineJson(const PipelineConfig& pipeline) {
             {"replicate_flush", f.replicate_flush}}},
           {"key_rewrite", rewrites},
           {"checkpoint_interval", formatDuration(pipeline.checkpoint_interval)},
-          {"full_sync", {{"delete_stale_keys", pipeline.delete_stale_keys}}}};
+          {"full_sync", {{"delete_stale_keys", pipeline.delete_stale_keys}}},
+          {"bandwidth_limit", pipeline.bandwidth_limit}};  // bytes per second, 0 = none
 }
 
 }  // namespace

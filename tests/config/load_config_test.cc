@@ -1806,5 +1806,89 @@ TEST(config, ExamplesLoad) {
   EXPECT_GE(seen, 4u) << "demo, cluster, cluster-split-a and -b at least";
 }
 
+// ---- bandwidth_limit (issue 17 point 3) -----------------------------------------------------
+
+/** kMinimal with `bandwidth_limit: <value>` on its pipeline (line 10, the value at column 22). */
+std::string withBandwidth(const std::string& value) {
+  return std::string(kMinimal) + "    bandwidth_limit: " + value + "\n";
+}
+
+TEST(config, BandwidthLimitIsBytesPerSecondWithOrWithoutAUnit) {
+  const std::vector<std::pair<std::string, uint64_t>> cases = {
+      {"0", 0},
+      {"1500000", 1'500'000},
+      {"20MB", 20'000'000},
+      {"500KB", 500'000},
+      {"500kB", 500'000},
+      {"1GB", 1'000'000'000},
+      {"64KiB", 64 * 1024},
+      {"20MiB", 20ULL << 20},
+      {"1GiB", 1ULL << 30},
+      {"1.5MB", 1'500'000},
+      {"0.5GiB", 1ULL << 29},
+      {"\"20 MB/s\"", 20'000'000},
+      {"100B", 100},
+  };
+  for (const auto& [text, bytes] : cases) {
+    LoadResult result = loadConfigString(withBandwidth(text), kFile);
+    ASSERT_TRUE(result.ok()) << text << ": " << testing::PrintToString(errorsOf(result));
+    EXPECT_EQ(result.config->pipelines.at(0).bandwidth_limit, bytes) << text;
+  }
+  // Absent: no limit.
+  LoadResult none = loadConfigString(kMinimal, kFile);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none.config->pipelines.at(0).bandwidth_limit, 0u);
+}
+
+constexpr char kBandwidthHow[] =
+    "use 0 for no limit, an integer number of bytes per second, or a number with a unit: 20MB, "
+    "500KB, 1GB (powers of 1000) or 64KiB, 20MiB, 1GiB (powers of 1024)";
+
+INSTANTIATE_TEST_SUITE_P(
+    configBandwidth, InvalidConfigTest,
+    testing::Values(
+        InvalidCase{"Negative", withBandwidth("-20MB"),
+                    std::string("t.yaml:10:22: error: bandwidth_limit must not be negative (got "
+                                "\"-20MB\"); ") +
+                        kBandwidthHow},
+        InvalidCase{"NegativeInteger", withBandwidth("-1"),
+                    std::string("t.yaml:10:22: error: bandwidth_limit must not be negative (got "
+                                "\"-1\"); ") +
+                        kBandwidthHow},
+        InvalidCase{
+            "NotANumber", withBandwidth("fast"),
+            std::string("t.yaml:10:22: error: invalid bandwidth_limit \"fast\": ") + kBandwidthHow},
+        // Megabits, or Redis's "mb": refused rather than guessed.
+        InvalidCase{"LowerCaseB", withBandwidth("100Mb"),
+                    std::string("t.yaml:10:22: error: invalid bandwidth_limit \"100Mb\": ") +
+                        kBandwidthHow},
+        InvalidCase{
+            "AFractionOfAByte", withBandwidth("1.5"),
+            std::string("t.yaml:10:22: error: invalid bandwidth_limit \"1.5\": ") + kBandwidthHow},
+        InvalidCase{"TooLarge", withBandwidth("99999999999999999999"),
+                    std::string("t.yaml:10:22: error: invalid bandwidth_limit "
+                                "\"99999999999999999999\": ") +
+                        kBandwidthHow},
+        InvalidCase{"AList", withBandwidth("[20MB]"),
+                    std::string("t.yaml:10:22: error: bandwidth_limit must be bytes per second "
+                                "such as 20MB, not a list; ") +
+                        kBandwidthHow}));
+
+TEST(config, BandwidthLimitIsInTheEffectiveConfigAndTheFingerprint) {
+  LoadResult limited = loadConfigString(withBandwidth("20MB"), kFile);
+  LoadResult unlimited = loadConfigString(kMinimal, kFile);
+  ASSERT_TRUE(limited.ok() && unlimited.ok());
+  EXPECT_THAT(redactedJson(*limited.config), HasSubstr("\"bandwidth_limit\": 20000000"));
+  EXPECT_THAT(redactedJson(*unlimited.config), HasSubstr("\"bandwidth_limit\": 0"));
+  // A changed limit restarts the pipeline on SIGHUP (the same value written otherwise does not).
+  const auto fp = [](const LoadResult& r) {
+    return pipelineFingerprint(*r.config, r.config->pipelines.at(0));
+  };
+  EXPECT_NE(fp(limited), fp(unlimited));
+  LoadResult same = loadConfigString(withBandwidth("20000000"), kFile);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(fp(limited), fp(same));
+}
+
 }  // namespace
 }  // namespace xdcr::config
