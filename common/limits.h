@@ -21,7 +21,8 @@ struct Limits {
   uint64_t snapshot_max_unanswered_commands = 20'000;
 
   // ---- watchdogs. Redis pings its replicas every 10 s (repl-ping-replica-period) and drops
-  // silent ones after repl-timeout (60 s): the same bound in the other direction.
+  // silent ones after repl-timeout (60 s): the same bound in the other direction. The agent
+  // sets both from the clusters' `link_timeout` (limitsFor(), replicator/pipeline.h).
   Duration source_silence = std::chrono::seconds(60);
   Duration target_stall = std::chrono::seconds(60);
   // A graceful stop or a checkpoint waits this long for the target to answer everything.
@@ -63,6 +64,10 @@ struct Limits {
   Duration backoff_initial = std::chrono::milliseconds(500);
   Duration backoff_max = std::chrono::seconds(30);
   Duration backoff_reset_after = std::chrono::seconds(60);
+  // While backing off, the link's servers are probed this often (each probe bounded by the
+  // timeout): one that did not answer and then does ends the wait (replicator/link_probe.h).
+  Duration link_probe_period = std::chrono::milliseconds(250);
+  std::chrono::milliseconds link_probe_timeout = std::chrono::milliseconds(1000);
 
   // ---- full-sync progress: a log line this often.
   Duration progress_report = std::chrono::seconds(5);

@@ -12,7 +12,9 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
 #include <tuple>
+#include <unordered_set>
 
 #include "common/rate_limiter.h"
 #include "common/tls.h"
@@ -24,7 +26,21 @@ using namespace net::experimental::awaitable_operators;
 constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
 constexpr size_t kMinReadSpace = 64 * 1024;
 
+// The addresses that have answered at least once in this process. A reset from one of them is a
+// network or server event ("after it had worked"), never a TLS misconfiguration: the TLS hint is
+// only for a new address that dropped us before saying anything.
+std::mutex answered_mu;
+std::unordered_set<std::string>& answeredAddresses() {
+  static std::unordered_set<std::string> set;
+  return set;
+}
+
 }  // namespace
+
+bool RedisConnection::addressAnswered(const std::string& address) {
+  std::lock_guard lock(answered_mu);
+  return answeredAddresses().contains(address);
+}
 
 char* ReadBuffer::prepare(size_t min_free, size_t& free_out) {
   if (cap_ - wpos_ < min_free) {
@@ -196,10 +212,21 @@ std::string RedisConnection::describeIoError(const boost::system::error_code& ec
   if (!tls_why.empty()) {
     return fmt::format("{}: TLS session refused: {}", label_, tls_why);
   }
-  const bool closed = ec == net::error::eof || ec == net::ssl::error::stream_truncated ||
-                      ec == net::error::connection_reset;
-  std::string what = closed ? std::string("closed by peer") : ec.message();
-  if (!tls_ && bytes_read_ == 0 && (closed || ec == net::error::broken_pipe)) {
+  const bool reset = ec == net::error::connection_reset || ec == net::error::broken_pipe;
+  const bool closed = reset || ec == net::error::eof || ec == net::ssl::error::stream_truncated;
+  const std::string what = !closed ? ec.message() : reset ? "reset" : "closed by the peer";
+  if (bytes_read_ > 0) {
+    // It worked on this very connection: a network or server event, nothing to configure.
+    return fmt::format("{}: the connection to {} was {} after it had worked", label_,
+                       endpoint_.address(), closed ? what : "lost (" + what + ")");
+  }
+  if (addressAnswered(endpoint_.address())) {
+    return fmt::format(
+        "{}: the connection to {} was {} before it answered (the address answered before: the "
+        "network or the server, not the configuration)",
+        label_, endpoint_.address(), closed ? what : "lost (" + what + ")");
+  }
+  if (!tls_ && closed) {
     // A TLS-only port drops a plain client at its first bytes, before any answer.
     return fmt::format(
         "{}: connection {}: {} before any answer; if the server expects TLS on "
@@ -236,6 +263,10 @@ net::awaitable<Result<size_t>> RedisConnection::readSome() {
     co_return fail(Error::io(describeIoError(ec, true)));
   }
   buf_.commit(n);
+  if (bytes_read_ == 0 && n > 0) {
+    std::lock_guard lock(answered_mu);
+    answeredAddresses().insert(endpoint_.address());
+  }
   bytes_read_ += n;
   if (limit != nullptr) {
     const auto wait = limit->take(n, RateLimiter::Clock::now());
@@ -250,6 +281,11 @@ net::awaitable<Result<size_t>> RedisConnection::readSomeWithTimeout(
   net::steady_timer timer(co_await net::this_coro::executor, timeout);
   auto r = co_await (readSome() || timer.async_wait(use_nothrow));
   if (r.index() == 1) {
+    if (bytes_read_ > 0) {
+      co_return fail(Error::io(fmt::format("{}: the connection to {} timed out after it had "
+                                           "worked: no answer within {} ms",
+                                           label_, endpoint_.address(), timeout.count())));
+    }
     co_return fail(Error::io(fmt::format("{}: no answer within {} ms", label_, timeout.count())));
   }
   co_return std::get<0>(r);

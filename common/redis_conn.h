@@ -115,6 +115,10 @@ class RedisConnection {
   /** Cancels pending operations without closing. */
   void cancel();
   uint64_t bytesRead() const { return bytes_read_; }
+  /** The address ("host:port") this connection was last connected to. */
+  std::string address() const { return endpoint_.address(); }
+  /** Whether a connection to `address` ("host:port") has ever had an answer in this process. */
+  static bool addressAnswered(const std::string& address);
   /** True when the connection runs over TLS. */
   bool tls() const { return tls_ != nullptr; }
 

@@ -71,6 +71,7 @@ struct ClusterInfo {
   Mark type;       // of the `type` value; line 0 when not written
   Mark read_from;  // of the `read_from` key; line 0 when not written
   Mark slots;      // of the `slots` key; line 0 when not written
+  Mark link_timeout;  // of the `link_timeout` value; line 0 when not written
 };
 
 /** The result of the structural pass, before cross-reference checks. */

@@ -1243,6 +1243,7 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
     }
   }
   if (const Entry* e = reader.get("link_timeout")) {
+    info.link_timeout = e->value_mark;
     if (auto d = readDuration(*e, DurationRule::Positive, diags)) {
       cluster.link_timeout = *d;
     }

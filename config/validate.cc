@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -262,6 +263,32 @@ void checkSourceOnlyKeys(const ParsedConfig& parsed, Diagnostics& diags) {
 }
 
 /**
+ * A source's replication link carries nothing but its PINGs while the source is idle, every
+ * repl-ping-replica-period (10 s by default): a shorter link_timeout on a cluster that is read
+ * would end every idle session. A warning, since the source's period may have been lowered.
+ */
+void checkSourceLinkTimeouts(const ParsedConfig& parsed, Diagnostics& diags) {
+  constexpr auto kDefaultPingPeriod = std::chrono::seconds(10);
+  for (const auto& [name, info] : parsed.cluster_info) {
+    const ClusterConfig* cluster = parsed.config.cluster(name);
+    if (cluster == nullptr || info.link_timeout.line == 0 ||
+        cluster->link_timeout > kDefaultPingPeriod) {
+      continue;
+    }
+    const bool read = std::any_of(parsed.config.pipelines.begin(), parsed.config.pipelines.end(),
+                                  [&](const PipelineConfig& p) { return p.source == name; });
+    if (!read) continue;
+    diags.warning(info.link_timeout,
+                  fmt::format("link_timeout of cluster {} is not longer than 10 s, the default "
+                              "repl-ping-replica-period of a source (what an idle source sends "
+                              "is its PINGs): an idle session would be ended as silent; set the "
+                              "source's repl-ping-replica-period below a third of link_timeout, "
+                              "or make link_timeout longer",
+                              quote(name)));
+  }
+}
+
+/**
  * One edge of the replication graph: a pipeline between two servers, or, for a pipeline whose
  * source and target are one server, one entry of its dbs map (db -> another db of that server).
  */
@@ -449,6 +476,7 @@ void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
     checkClusterDbs(parsed, pipeline, marks, diags);
   }
   checkSourceOnlyKeys(parsed, diags);
+  checkSourceLinkTimeouts(parsed, diags);
   checkCycles(parsed, groups, diags);
 }
 

@@ -170,7 +170,7 @@ class PipelineSet {
         thread_of.emplace(pc->source, std::make_pair(ex, index));
       }
       const auto& [ex, index] = thread_of.at(pc->source);
-      auto p = std::make_unique<Pipeline>(ex, cfg, *pc, clock_);
+      auto p = std::make_unique<Pipeline>(ex, cfg, *pc, clock_, limitsFor(*cfg, *pc));
       p->setThread(index);
       // A pipeline started by a reload need not wait a whole check_interval for its clocks.
       if (monitor_.latest()) p->onClockReport(*monitor_.latest());
@@ -300,7 +300,8 @@ class PipelineSet {
           int index = 0;
           const net::any_io_executor ex = workers_.next(&index);  // the shard's link's thread
           for (auto& i : instances) {
-            auto p = std::make_unique<Pipeline>(ex, cfg, *i.pipeline, clock_, Limits{}, locator,
+            auto p = std::make_unique<Pipeline>(ex, cfg, *i.pipeline, clock_,
+                                                limitsFor(*cfg, *i.pipeline), locator,
                                                 Pipeline::Shard{i.name, label});
             p->setThread(index);
             p->setMigrationGuard(*guard, locator.get());

@@ -29,6 +29,17 @@ const char* stateName(PipelineState s) {
   return "unknown";
 }
 
+Limits limitsFor(const config::Config& config, const config::PipelineConfig& pipeline) {
+  Limits limits;
+  if (const auto* source = config.cluster(pipeline.source)) {
+    limits.source_silence = source->link_timeout;
+  }
+  if (const auto* target = config.cluster(pipeline.target)) {
+    limits.target_stall = target->link_timeout;
+  }
+  return limits;
+}
+
 Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
                    const config::PipelineConfig& pipeline, const clock::Clock& clock, Limits limits,
                    std::shared_ptr<source::Locator> locator, std::optional<Shard> shard)

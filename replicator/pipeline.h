@@ -53,6 +53,12 @@ struct SnapshotProgress {
   double seconds = 0;  // duration of the last completed one
 };
 
+/**
+ * The engine's limits for `pipeline` as configured: the defaults, with the watchdogs from the
+ * clusters' `link_timeout` (the source's silence, the target's unanswered commands).
+ */
+Limits limitsFor(const config::Config& config, const config::PipelineConfig& pipeline);
+
 class Pipeline {
  public:
   /**

@@ -15,6 +15,7 @@
 #include "common/cluster_slot.h"
 #include "common/redis_conn.h"
 #include "common/sentinel.h"
+#include "replicator/link_probe.h"
 #include "replicator/migration_guard.h"
 #include "replicator/supervision.h"
 #include "source/redis_shard_source.h"
@@ -224,9 +225,9 @@ net::awaitable<void> SourceLink::run() {
       p->setState(PipelineState::Reconnecting);
     }
     const auto wait = backoff.next(clock_.monotonicNow() - started, rng_);
-    spdlog::info("{}: reconnecting in {} ms", label(),
+    spdlog::info("{}: reconnecting in {} ms, or as soon as the link answers again", label(),
                  std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
-    co_await stop_wake_.waitFor(wait);
+    co_await backOff(wait);
   }
   // Everyone still here stops with the link (a graceful stop, or a pipeline that cannot run).
   members_.clear();  // the last session's sinks (all joined) go before their pipelines
@@ -237,6 +238,41 @@ net::awaitable<void> SourceLink::run() {
     p->setLink(nullptr);
     spdlog::info("pipeline {}: stopped at offset {}", p->name(), p->appliedOffset());
     on_stopped_(p);
+  }
+}
+
+net::awaitable<void> SourceLink::backOff(std::chrono::steady_clock::duration wait) {
+  // Probe every server of the link while waiting: when one did not answer and then all do, the
+  // partition is over and the next session starts now (the backoff has grown during a long
+  // partition; a failure with the link up — a refusal, a full sync that failed — waits it out).
+  std::vector<RedisEndpoint> endpoints;
+  endpoints.push_back(source_node_ ? *source_node_ : probeEndpoint(source_cluster_));
+  for (const Pipeline* p : pipelines_) {
+    RedisEndpoint t = probeEndpoint(p->targetCluster());
+    if (std::none_of(endpoints.begin(), endpoints.end(),
+                     [&](const RedisEndpoint& e) { return e.address() == t.address(); })) {
+      endpoints.push_back(std::move(t));
+    }
+  }
+  const auto start = clock_.monotonicNow();
+  const auto deadline = start + wait;
+  bool saw_down = false;
+  while (!stopping_ && clock_.monotonicNow() < deadline) {
+    const bool up = co_await allAnswer(ex_, endpoints, limits_.link_probe_timeout);
+    if (!up) {
+      saw_down = true;
+    } else if (saw_down) {
+      spdlog::info("{}: the link answers again: reconnecting now ({} ms into the backoff)",
+                   label(),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(clock_.monotonicNow() -
+                                                                         start)
+                       .count());
+      co_return;
+    }
+    const auto now = clock_.monotonicNow();
+    if (now >= deadline) break;
+    co_await stop_wake_.waitFor(std::min<std::chrono::steady_clock::duration>(
+        deadline - now, limits_.link_probe_period));
   }
 }
 
@@ -408,6 +444,7 @@ net::awaitable<Status> SourceLink::session() {
       result = fail(node.error());
     } else {
       shard_ = node->endpoint.address();
+      source_node_ = node->endpoint;
       for (auto& m : members_) {
         if (!m.gone) m.p->mutableStats().source_failovers[shard_];  // the series exists at 0
       }
@@ -934,19 +971,21 @@ net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
       last_bytes = source.bytesRead();
       source_silence.feed(now);
     } else if (source_silence.expired(now)) {
-      co_return fail(
-          Error::io(fmt::format("{}: source silent for {} s (it pings every 10 s); "
-                                "reconnecting",
-                                label(), seconds(limits_.source_silence))));
+      co_return fail(Error::io(fmt::format(
+          "{}: the connection timed out after it had worked: nothing from the source for {} s "
+          "(link_timeout of cluster {}; the source pings its replicas every "
+          "repl-ping-replica-period, 10 s by default); reconnecting",
+          label(), seconds(limits_.source_silence), source_cluster_.name)));
     }
     for (auto& m : members_) {
       if (m.gone) continue;
       const double stalled = m.sink->stalledSeconds();
-      if (live() == 1 && stalled > seconds(limits_.target_stall)) {
-        co_return fail(
-            Error::io(fmt::format("pipeline {}: target has not answered for {} s; "
-                                  "reconnecting",
-                                  m.p->name(), seconds(limits_.target_stall))));
+      if (live() == 1 && stalled > seconds(m.p->limits().target_stall)) {
+        co_return fail(Error::io(fmt::format(
+            "pipeline {}: the connection to target {} timed out after it had worked: no answer "
+            "for {} s with commands in flight (link_timeout of cluster {}); reconnecting",
+            m.p->name(), m.p->targetCluster().name, seconds(m.p->limits().target_stall),
+            m.p->targetCluster().name)));
       }
       if (live() > 1 && stalled > seconds(limits_.detach_after) && reading_source_) {
         // Silent with commands in flight: the read loop detaches it at its next boundary.

@@ -127,6 +127,9 @@ class SourceLink final : private source::SnapshotConsumer {
    *  join it are detached). */
   Status loadCheckpoints();
   std::string label() const;
+  /** Waits `wait` after a failed session, or less: until the link's servers answer again after
+   *  one of them did not (link_probe.h). */
+  net::awaitable<void> backOff(std::chrono::steady_clock::duration wait);
   size_t live() const;
   /** The first member still on the link (nullptr: none). */
   Member* firstLive();
@@ -180,6 +183,7 @@ class SourceLink final : private source::SnapshotConsumer {
   clock::ClusterClock source_clock_;
   source::ExpiryIndex index_;
   std::string shard_;  // the node of this session ("host:port"): the metrics' shard label
+  std::optional<RedisEndpoint> source_node_;  // the node the last session attached to (probes)
   std::optional<source::Position> resume_at_;
   int resume_db_ = 0;
   /** Where the stream last carried data (Checkpoint::data_offset/data_db): of the checkpoint the

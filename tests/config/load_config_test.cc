@@ -1648,6 +1648,34 @@ pipelines:
   EXPECT_EQ(result.config->cluster("b")->buckets[0].collections.size(), 5u);
 }
 
+TEST(config, ASourceLinkTimeoutWithinThePingPeriodIsAWarning) {
+  // An idle source sends only its PINGs, every 10 s by default: a link_timeout of 5 s on a
+  // cluster that is read ends idle sessions. On a cluster only written it is fine (the target's
+  // watchdog counts only while commands wait for answers), and 11 s is longer than the period.
+  LoadResult result = loadConfigString(R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+    link_timeout: 5s
+  b:
+    address: 127.0.0.1:7002
+    link_timeout: 2s
+  c:
+    address: 127.0.0.1:7003
+    link_timeout: 11s
+pipelines:
+  - {name: p, source: a, target: b}
+  - {name: q, source: c, target: b}
+)",
+                                       kFile);
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(errorsOf(result));
+  EXPECT_THAT(warningsOf(result),
+              ElementsAre("t.yaml:4:19: warning: link_timeout of cluster \"a\" is not longer "
+                          "than 10 s, the default repl-ping-replica-period of a source (what an "
+                          "idle source sends is its PINGs): an idle session would be ended as "
+                          "silent; set the source's repl-ping-replica-period below a third of "
+                          "link_timeout, or make link_timeout longer"));
+}
+
 TEST(config, RedactedJsonNeverContainsSecrets) {
   ScopedEnv env("XDCR_TEST_ENV_PASSWORD", "env-password-value");
   TempDir dir;
