@@ -66,8 +66,13 @@ constexpr size_t idx(E e) {
  *       member of type std::optional has no sample while it is empty.
  *   GAUGE_BY(member, label, label_member, metric, status, help)
  *       The same with the label `label` whose value is PipelineMetrics::label_member.
+ *   COUNTER_OF(member, label, value, metric, status, help)
+ *       Not a PipelineStats field: replicator::PipelineMetrics::member, a running total kept
+ *       elsewhere (seconds, a double); the sample {pipeline, label="value"} of a family spread
+ *       over consecutive rows, as with COUNTER_PART.
  */
-#define XDCR_PIPELINE_METRICS(COUNTER, COUNTER_BY, COUNTER_BY_KEY, COUNTER_PART, GAUGE, GAUGE_BY)  \
+#define XDCR_PIPELINE_METRICS(COUNTER, COUNTER_BY, COUNTER_BY_KEY, COUNTER_PART, GAUGE, GAUGE_BY,  \
+                              COUNTER_OF)                                                          \
   COUNTER_BY(source_events, EventKind, "kind", kEventKindNames, "xdcr_source_events_total", "",    \
              "Events read from the source, by kind.")                                              \
   COUNTER_BY(target_writes, WriteOp, "op", kWriteOpNames, "xdcr_target_writes_total", "",          \
@@ -133,6 +138,13 @@ constexpr size_t idx(E e) {
   /* reason: cross_slot (a command whose keys a Redis Cluster target cannot take together) */      \
   COUNTER_BY_KEY(target_write_failures, "reason", "xdcr_target_write_failures_total", "",          \
                  "Writes the target could not apply (never counted as applied), by reason.")       \
+  /* direction: read (from the source, the link's limit), write (to the target) */                 \
+  COUNTER_OF(read_throttled_seconds, "direction", "read",                                          \
+             "xdcr_bandwidth_throttled_seconds_total", "bandwidth_throttled_seconds",              \
+             "Time spent waiting to stay under bandwidth_limit, by direction.")                    \
+  COUNTER_OF(write_throttled_seconds, "direction", "write",                                        \
+             "xdcr_bandwidth_throttled_seconds_total", "bandwidth_throttled_seconds",              \
+             "Time spent waiting to stay under bandwidth_limit, by direction.")                    \
   GAUGE(lag_seconds, "xdcr_replication_lag_seconds", "lag_seconds", "Replication lag.")            \
   GAUGE(backlog_bytes, "xdcr_backlog_bytes", "backlog_bytes",                                      \
         "Source offset minus applied offset.")                                                     \
@@ -148,6 +160,9 @@ constexpr size_t idx(E e) {
   GAUGE(compensation_seconds, "xdcr_clock_compensation_seconds", "",                               \
         "Added to every replicated deadline (clock.on_skew: compensate), 0 when not "              \
         "compensating.")                                                                           \
+  GAUGE(bandwidth_limit, "xdcr_bandwidth_limit_bytes_per_second", "bandwidth_limit",               \
+        "The pipeline's bandwidth_limit: bytes per second it may read from its source and, "       \
+        "apart, write to its target (0: none).")                                                   \
   GAUGE_BY(paused, "reason", paused_reason, "xdcr_pipeline_paused", "",                            \
            "1 while the pipeline is paused.")
 
@@ -160,7 +175,8 @@ struct PipelineStats {
 #define XDCR_STATS_COUNTER_PART(field, ...) uint64_t field = 0;
 #define XDCR_STATS_GAUGE(...)
   XDCR_PIPELINE_METRICS(XDCR_STATS_COUNTER, XDCR_STATS_COUNTER_BY, XDCR_STATS_COUNTER_BY_KEY,
-                        XDCR_STATS_COUNTER_PART, XDCR_STATS_GAUGE, XDCR_STATS_GAUGE)
+                        XDCR_STATS_COUNTER_PART, XDCR_STATS_GAUGE, XDCR_STATS_GAUGE,
+                        XDCR_STATS_GAUGE)
 #undef XDCR_STATS_COUNTER
 #undef XDCR_STATS_COUNTER_BY
 #undef XDCR_STATS_COUNTER_BY_KEY

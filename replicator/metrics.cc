@@ -173,15 +173,20 @@ using Samples = std::vector<MetricSample>;
   MetricRow{metric, "gauge", status, help, [](const PipelineMetrics& p, Samples& out) {        \
               addSample(out, label, p.label_member, std::invoke(&PipelineMetrics::member, p)); \
             }},
-constexpr MetricRow kRows[] = {XDCR_PIPELINE_METRICS(XDCR_ROW_COUNTER, XDCR_ROW_COUNTER_BY,
-                                                     XDCR_ROW_COUNTER_BY_KEY, XDCR_ROW_COUNTER_PART,
-                                                     XDCR_ROW_GAUGE, XDCR_ROW_GAUGE_BY)};
+#define XDCR_ROW_COUNTER_OF(member, label, value, metric, status, help)                   \
+  MetricRow{metric, "counter", status, help, [](const PipelineMetrics& p, Samples& out) { \
+              addSample(out, label, value, std::invoke(&PipelineMetrics::member, p));     \
+            }},
+constexpr MetricRow kRows[] = {XDCR_PIPELINE_METRICS(
+    XDCR_ROW_COUNTER, XDCR_ROW_COUNTER_BY, XDCR_ROW_COUNTER_BY_KEY, XDCR_ROW_COUNTER_PART,
+    XDCR_ROW_GAUGE, XDCR_ROW_GAUGE_BY, XDCR_ROW_COUNTER_OF)};
 #undef XDCR_ROW_COUNTER
 #undef XDCR_ROW_COUNTER_BY
 #undef XDCR_ROW_COUNTER_BY_KEY
 #undef XDCR_ROW_COUNTER_PART
 #undef XDCR_ROW_GAUGE
 #undef XDCR_ROW_GAUGE_BY
+#undef XDCR_ROW_COUNTER_OF
 
 /**
  * The pipeline families: HELP and TYPE once per family, then every pipeline's samples (the rows

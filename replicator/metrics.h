@@ -30,6 +30,9 @@ struct PipelineMetrics {
   uint64_t expiry_index_entries = 0;  // deadlines and tombstones held
   uint64_t expiry_index_bytes = 0;    // memory of its tables
   uint64_t checkpoint_journal_bytes = 0;
+  uint64_t bandwidth_limit = 0;  // bytes per second, 0 = none
+  double read_throttled_seconds = 0;
+  double write_throttled_seconds = 0;
 
   /** Target minus source clock; none until measured (a 0 would claim the clocks agree). */
   std::optional<double> clockSkewSeconds() const;

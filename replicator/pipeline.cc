@@ -58,6 +58,14 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
       ex_(ex),
       pause_wake_(ex) {
   locator_ = locator ? std::move(locator) : source::fixedLocator(source_cluster_);
+  if (pipeline_.bandwidth_limit > 0) {
+    // One bucket for the pipeline's instances (the PipelineConfig is theirs alike, and lives as
+    // long as they do); counters of this instance's own over it.
+    const std::string key =
+        fmt::format("write {} {}", static_cast<const void*>(&pipeline_), pipeline_.name);
+    write_limiter_ =
+        std::make_shared<RateLimiter>(RateLimiter::shared(key, pipeline_.bandwidth_limit));
+  }
   if (config_->clock.on_skew != config::SkewAction::Warn) {
     // Deadlines must not be written with an unknown skew; the first clock check lifts this.
     skew_paused_ = true;
@@ -70,9 +78,30 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
 
 void Pipeline::setLink(SourceLink* link) {
   link_ = link;
+  if (link_ == nullptr) setReadLimiter(nullptr);
   // A pipeline that joins a link (at start, or detached onto its own) brings the source clock's
   // latest measurement, rather than leaving the link at 0 until the next clock check.
   if (link_ != nullptr && skew_.measured) link_->setSourceClockOffsetMs(source_offset_ms_);
+}
+
+void Pipeline::setReadLimiter(std::shared_ptr<RateLimiter> limiter) {
+  if (limiter == read_limiter_) return;
+  if (read_limiter_) read_throttled_before_ += read_limiter_->throttledSeconds();
+  read_limiter_ = std::move(limiter);
+}
+
+Pipeline::Bandwidth Pipeline::bandwidth(std::chrono::steady_clock::time_point now) const {
+  Bandwidth b;
+  b.read_throttled_seconds = read_throttled_before_;
+  if (read_limiter_) {
+    b.read_bytes_per_second = read_limiter_->recentRate(now);
+    b.read_throttled_seconds += read_limiter_->throttledSeconds();
+  }
+  if (write_limiter_) {
+    b.write_bytes_per_second = write_limiter_->recentRate(now);
+    b.write_throttled_seconds = write_limiter_->throttledSeconds();
+  }
+  return b;
 }
 
 void Pipeline::checkpointSoon() {
@@ -127,11 +156,17 @@ Status Pipeline::open(source::ExpiryIndex& index) {
 std::unique_ptr<target::Sink> Pipeline::makeSink(const clock::Clock& clock) {
   std::unique_ptr<target::Sink> sink;
   if (target_cluster_.isRedisCluster()) {
-    sink = std::make_unique<target::ClusterSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
-                                                 policy_, target_clock_, clock, limits_, stats_);
+    auto cluster =
+        std::make_unique<target::ClusterSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
+                                              policy_, target_clock_, clock, limits_, stats_);
+    cluster->setWriteLimiter(write_limiter_);
+    sink = std::move(cluster);
   } else {
-    sink = std::make_unique<target::RedisSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
-                                               policy_, target_clock_, clock, limits_, stats_);
+    auto single =
+        std::make_unique<target::RedisSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
+                                            policy_, target_clock_, clock, limits_, stats_);
+    single->setWriteLimiter(write_limiter_);
+    sink = std::move(single);
   }
   sink->setCompensationMs(compensation_ms_);
   return sink;

@@ -19,6 +19,7 @@
 #include "clock/skew.h"
 #include "common/limits.h"
 #include "common/notify.h"
+#include "common/rate_limiter.h"
 #include "common/stats.h"
 #include "config/config.h"
 #include "filters/key_space.h"
@@ -164,6 +165,26 @@ class Pipeline {
   std::vector<std::string> linkMembers() const;
   const Limits& limits() const { return limits_; }
 
+  /** bandwidth_limit: bytes per second read from the source and, apart, written to the target
+   *  (0: none). */
+  uint64_t bandwidthLimit() const { return pipeline_.bandwidth_limit; }
+  /**
+   * What its target connections take from (nullptr without a limit): one bucket for every
+   * instance of the pipeline (the shards of a Redis Cluster source), with this instance's
+   * counters.
+   */
+  const std::shared_ptr<RateLimiter>& writeLimiter() const { return write_limiter_; }
+  /** What its link reads the source through (nullptr: no limit there); set by the link. */
+  const std::shared_ptr<RateLimiter>& readLimiter() const { return read_limiter_; }
+  /** For status and metrics: the rates of the last seconds and the time spent waiting. */
+  struct Bandwidth {
+    double read_bytes_per_second = 0;
+    double write_bytes_per_second = 0;
+    double read_throttled_seconds = 0;   // of every link it was on
+    double write_throttled_seconds = 0;  // of this instance's target connections
+  };
+  Bandwidth bandwidth(std::chrono::steady_clock::time_point now) const;
+
   // ---- link side (replicator/source_link.cc) ------------------------------------------------
 
   /** Prepares the state directory and loads the checkpoint into `index`; false: cannot run. */
@@ -183,8 +204,11 @@ class Pipeline {
     live_sink_ = sink;
     if (sink != nullptr) sink->setCompensationMs(compensation_ms_);
   }
-  /** Joins `link` (nullptr: leaves it); the link's source clock takes this pipeline's offset. */
+  /** Joins `link` (nullptr: leaves it, and its read limiter); the link's source clock takes
+   *  this pipeline's offset. */
   void setLink(SourceLink* link);
+  /** The read limiter of its link (SourceLink: the smallest limit of its members). */
+  void setReadLimiter(std::shared_ptr<RateLimiter> limiter);
   /** The source cluster's measured clock offset (ms, 0 until measured). */
   int64_t sourceClockOffsetMs() const { return source_offset_ms_; }
   /**
@@ -249,6 +273,9 @@ class Pipeline {
   int thread_ = 0;
   SourceLink* link_ = nullptr;
   target::Sink* live_sink_ = nullptr;
+  std::shared_ptr<RateLimiter> write_limiter_;
+  std::shared_ptr<RateLimiter> read_limiter_;
+  double read_throttled_before_ = 0;  // seconds waited on the read limiters of earlier links
 
   // Read by the migration guard from another thread (state(), checkpointedOffset(),
   // hasResumePoint()): atomics. Everything else is the link's thread's (replicator/workers.h).

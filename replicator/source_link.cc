@@ -99,10 +99,43 @@ SourceLink::SourceLink(net::any_io_executor ex, config::ConfigConstSharedPtr con
       sink_wake_(ex),
       rng_(std::random_device{}()) {
   for (Pipeline* p : pipelines_) p->setLink(this);
+  updateReadLimit();
 }
 
 SourceLink::~SourceLink() {
   for (Pipeline* p : pipelines_) p->setLink(nullptr);
+}
+
+void SourceLink::updateReadLimit() {
+  uint64_t limit = 0;
+  const Pipeline* by = nullptr;
+  std::vector<std::string> who;
+  for (const Pipeline* p : pipelines_) {
+    const uint64_t l = p->bandwidthLimit();
+    if (l > 0 && (limit == 0 || l < limit)) {
+      limit = l;
+      by = p;
+    }
+    // The links of one set of pipelines (one per shard of a Redis Cluster source) share the
+    // bucket: a pipeline reads no more than its limit over all of them.
+    who.push_back(fmt::format("{} {}", static_cast<const void*>(&p->config()), p->name()));
+  }
+  const uint64_t now = read_limiter_ ? read_limiter_->rate() : 0;
+  if (limit != now) {
+    if (limit == 0) {
+      read_limiter_.reset();
+      if (now > 0) spdlog::info("{}: no bandwidth limit on reading the source any more", label());
+    } else {
+      std::sort(who.begin(), who.end());
+      std::string key = "read";
+      for (const auto& w : who) key += " " + w;
+      read_limiter_ = std::make_shared<RateLimiter>(RateLimiter::shared(key, limit));
+      spdlog::info("{}: reading the source at most {} bytes/s (bandwidth_limit of pipeline {})",
+                   label(), limit, by->name());
+    }
+  }
+  for (Pipeline* p : pipelines_) p->setReadLimiter(read_limiter_);
+  if (limited_source_ != nullptr) limited_source_->setReadLimiter(read_limiter_);
 }
 
 std::string SourceLink::label() const {
@@ -165,6 +198,7 @@ void SourceLink::detach(Member& m, const std::string& why) {
   p->setLink(nullptr);
   p->countDetachment();
   std::erase(pipelines_, p);
+  updateReadLimit();
   // Started once this coroutine suspends: the new link loads the pipeline's checkpoint then.
   net::post(ex_, [fn = on_detach_, p] { fn(p); });
 }
@@ -180,6 +214,7 @@ void SourceLink::retire(Member& m, const Error& why) {
   p->setLastError(why.message);
   p->setState(PipelineState::Stopped);
   std::erase(pipelines_, p);
+  updateReadLimit();
   releaseStopped(m);
 }
 
@@ -458,6 +493,14 @@ net::awaitable<Status> SourceLink::session() {
                                       fmt::format("{} node {}", label(), node->endpoint.address()),
                                       index_, source_clock_);
       source.setNode(node->endpoint, node->role);
+      // The members that left since (loadCheckpoints) may have had the smallest limit.
+      updateReadLimit();
+      source.setReadLimiter(read_limiter_);
+      limited_source_ = &source;
+      struct Unlimit {
+        source::RedisShardSource*& source;
+        ~Unlimit() { source = nullptr; }
+      } unlimit{limited_source_};
       for (Pipeline* p : pipelines_) {
         p->setSourceNode(fmt::format("{}{}", node->endpoint.address(),
                                      node->role.empty() ? "" : " (" + node->role + ")"));
@@ -918,6 +961,7 @@ net::awaitable<Status> SourceLink::leave(Member& m, const source::Source& source
   p->setLink(nullptr);
   p->setState(PipelineState::Stopped);
   std::erase(pipelines_, p);
+  updateReadLimit();
   spdlog::info("pipeline {}: stopped at offset {}", p->name(), p->appliedOffset());
   releaseStopped(m);
   co_return Status{};

@@ -37,6 +37,7 @@
 #include "clock/clock.h"
 #include "common/limits.h"
 #include "common/notify.h"
+#include "common/rate_limiter.h"
 #include "config/config.h"
 #include "replicator/pipeline.h"
 #include "replicator/supervision.h"
@@ -44,6 +45,10 @@
 #include "source/locator.h"
 #include "source/source.h"
 #include "target/sink.h"
+
+namespace xdcr::source {
+class RedisShardSource;
+}  // namespace xdcr::source
 
 namespace xdcr::replicator {
 
@@ -70,6 +75,9 @@ class SourceLink final : private source::SnapshotConsumer {
   const source::ExpiryIndex& expiryIndex() const { return index_; }
   const std::string& sourceName() const { return source_cluster_.name; }
   size_t memberCount() const { return pipelines_.size(); }
+  /** What the link reads the source through: the smallest bandwidth_limit of its members
+   *  (nullptr: none of them has one). */
+  const std::shared_ptr<RateLimiter>& readLimiter() const { return read_limiter_; }
   /** The names of the pipelines this link feeds (status). */
   std::vector<std::string> memberNames() const {
     std::vector<std::string> names;
@@ -127,6 +135,12 @@ class SourceLink final : private source::SnapshotConsumer {
    *  join it are detached). */
   Status loadCheckpoints();
   std::string label() const;
+  /**
+   * Makes the read limiter the smallest bandwidth_limit of the members now (a member that left
+   * may have had it) and gives it to the members and the session's source. One bucket for the
+   * links of the same pipelines (the shards of a Redis Cluster source), counters per link.
+   */
+  void updateReadLimit();
   /** Waits `wait` after a failed session, or less: until the link's servers answer again after
    *  one of them did not (link_probe.h). */
   net::awaitable<void> backOff(std::chrono::steady_clock::duration wait);
@@ -198,6 +212,8 @@ class SourceLink final : private source::SnapshotConsumer {
 
   Members members_;  // this session's
   source::Source* live_source_ = nullptr;
+  std::shared_ptr<RateLimiter> read_limiter_;           // updateReadLimit()
+  source::RedisShardSource* limited_source_ = nullptr;  // the session's, for updateReadLimit()
   std::atomic<bool> stopping_ = false;  // also read by the migration guard (another thread)
   bool checkpoint_due_ = false;
   bool reading_source_ = false;

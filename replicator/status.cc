@@ -1,6 +1,7 @@
 #include "replicator/status.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <variant>
 
@@ -23,6 +24,10 @@ PipelineMetrics metricsOf(const Pipeline& p) {
   m.paused_reason = p.pausedReason();
   m.skew = &p.skew();
   m.compensation_seconds = double(p.compensationMs()) / 1e3;
+  m.bandwidth_limit = p.bandwidthLimit();
+  const Pipeline::Bandwidth b = p.bandwidth(std::chrono::steady_clock::now());
+  m.read_throttled_seconds = b.read_throttled_seconds;
+  m.write_throttled_seconds = b.write_throttled_seconds;
   return m;
 }
 
@@ -71,7 +76,12 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
     pj["paused"] = p->paused();
     pj["source_offset"] = p->sourceOffset();
     pj["applied_offset"] = p->appliedOffset();
-    pj.update(statusFigures(metricsOf(*p)));  // lag_seconds, backlog_bytes, link_detachments
+    // lag_seconds, backlog_bytes, link_detachments, bandwidth_limit, bandwidth_throttled_seconds
+    pj.update(statusFigures(metricsOf(*p)));
+    // What went through the bandwidth limiters over the last seconds (0 without a limit there).
+    const Pipeline::Bandwidth b = p->bandwidth(std::chrono::steady_clock::now());
+    pj["bandwidth_bytes_per_second"] = {{"read", b.read_bytes_per_second},
+                                        {"write", b.write_bytes_per_second}};
     const std::vector<std::string> members = p->linkMembers();
     pj["link"] = {{"source", p->sourceCluster().name},
                   {"shared", members.size() > 1},
@@ -116,6 +126,7 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
       paused = paused || q->paused();
     }
     pj["state"] = state;
+    pj["bandwidth_limit"] = p->bandwidthLimit();
     pj["lag_seconds"] = lag;
     pj["backlog_bytes"] = backlog;
     pj["paused"] = paused;

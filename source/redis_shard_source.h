@@ -26,6 +26,11 @@ class RedisShardSource final : public Source, private SnapshotSink {
   void setNode(RedisEndpoint endpoint, std::string role) {
     redis_.setNode(std::move(endpoint), std::move(role));
   }
+  /** The link's bandwidth limit of what it reads from the source (common/rate_limiter.h;
+   *  nullptr: none). At any time, also while a session streams. */
+  void setReadLimiter(std::shared_ptr<RateLimiter> limiter) {
+    redis_.setReadLimiter(std::move(limiter));
+  }
 
   // Source
   net::awaitable<Result<SyncKind>> start(const Position* resume, int resume_db,

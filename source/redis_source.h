@@ -149,6 +149,10 @@ class RedisSource {
   uint64_t bytesRead() const { return conn_.bytesRead(); }
   void close() { conn_.close(); }
   void cancel() { conn_.cancel(); }
+  /** The bandwidth limit of what is read from the source (nullptr: none); at any time. */
+  void setReadLimiter(std::shared_ptr<RateLimiter> limiter) {
+    conn_.setRateLimits(std::move(limiter), nullptr);
+  }
 
  private:
   /** COMMAND on the source: learnCommands() (command_table.h). */

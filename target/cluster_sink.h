@@ -54,6 +54,12 @@ class ClusterSink final : public Sink {
               const clock::ClusterClock& target_clock, const clock::Clock& clock,
               const Limits& limits, PipelineStats& stats);
 
+  /** The pipeline's bandwidth limit of what is written to the target, one bucket for every
+   *  master (nullptr: none); before connect(). The marker checks' connections are not limited. */
+  void setWriteLimiter(std::shared_ptr<RateLimiter> limiter) {
+    target_.setWriteLimiter(std::move(limiter));
+  }
+
   // Sink
   /** Connects, and tells the applier what the masters can take (Applier::setTarget). */
   net::awaitable<Status> connect() override;

@@ -69,6 +69,11 @@ ClusterTarget::ClusterTarget(net::any_io_executor ex, const config::ClusterConfi
 
 ClusterTarget::~ClusterTarget() = default;
 
+void ClusterTarget::setWriteLimiter(std::shared_ptr<RateLimiter> limiter) {
+  write_limiter_ = std::move(limiter);
+  for (Node* n : node_index_) n->conn->setRateLimits(nullptr, write_limiter_);
+}
+
 ClusterTarget::Node& ClusterTarget::nodeFor(const std::string& host, uint16_t port) {
   for (Node* n : node_index_) {
     if (n->addr.port == port && n->addr.host == host) return *n;
@@ -77,6 +82,7 @@ ClusterTarget::Node& ClusterTarget::nodeFor(const std::string& host, uint16_t po
   n.addr.host = host;
   n.addr.port = port;
   n.conn = std::make_unique<RedisConnection>(ex_, fmt::format("{} node {}:{}", label_, host, port));
+  n.conn->setRateLimits(nullptr, write_limiter_);
   n.wake = std::make_unique<Notify>(ex_);
   node_index_.push_back(&n);
   return n;

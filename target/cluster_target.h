@@ -99,6 +99,10 @@ class ClusterTarget {
   /** Sets the acknowledged offset with nothing in flight (after a handshake). */
   void resetOffset(uint64_t source_offset);
 
+  /** The pipeline's bandwidth limit of what is written (nullptr: none): every master's
+   *  connection takes from it, those made later too. */
+  void setWriteLimiter(std::shared_ptr<RateLimiter> limiter);
+
   /** Writers, readers and redirections, until close() or an error. */
   net::awaitable<Status> run();
   void close();
@@ -221,6 +225,8 @@ class ClusterTarget {
   Notify control_;
   Notify progress_;
   LogRateLimiter error_log_;
+  // The pipeline's bandwidth limit, for every node's connection (nullptr: none).
+  std::shared_ptr<RateLimiter> write_limiter_;
 };
 
 /** A cluster redirection reply: "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381". */

@@ -33,6 +33,12 @@ class RedisSink final : public Sink {
             const clock::ClusterClock& target_clock, const clock::Clock& clock,
             const Limits& limits, PipelineStats& stats);
 
+  /** The pipeline's bandwidth limit of what is written to the target (nullptr: none); before
+   *  connect(). The marker check's own connection is not limited. */
+  void setWriteLimiter(std::shared_ptr<RateLimiter> limiter) {
+    target_.setWriteLimiter(std::move(limiter));
+  }
+
   // Sink
   /** Connects, and tells the applier what the target server can take (Applier::setTarget). */
   net::awaitable<Status> connect() override;

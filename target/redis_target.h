@@ -58,6 +58,11 @@ class RedisTarget {
   /** The server connected to (INFO server at connect; unknown without +info). */
   const ServerInfo& server() const { return server_; }
 
+  /** The pipeline's bandwidth limit of what is written to the target (nullptr: none). */
+  void setWriteLimiter(std::shared_ptr<RateLimiter> limiter) {
+    conn_.setRateLimits(nullptr, std::move(limiter));
+  }
+
   /** Where the applier appends commands. Call commit() after appending. */
   std::string& pending() { return pending_; }
   /**

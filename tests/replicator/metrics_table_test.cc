@@ -23,9 +23,9 @@ namespace {
 
 // The list's rows, counted straight from the macro.
 #define XDCR_TEST_ONE_ROW(...) +1
-constexpr size_t kListRows =
-    0 XDCR_PIPELINE_METRICS(XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW,
-                            XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW);
+constexpr size_t kListRows = 0 XDCR_PIPELINE_METRICS(
+    XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW,
+    XDCR_TEST_ONE_ROW, XDCR_TEST_ONE_ROW);
 #undef XDCR_TEST_ONE_ROW
 
 /** For every counter row: its family and how to bump its PipelineStats field once. */
@@ -43,7 +43,7 @@ struct Bump {
 #define XDCR_TEST_GAUGE(...)
 const Bump kBumps[] = {XDCR_PIPELINE_METRICS(XDCR_TEST_COUNTER, XDCR_TEST_COUNTER_BY,
                                              XDCR_TEST_COUNTER_BY_KEY, XDCR_TEST_COUNTER_PART,
-                                             XDCR_TEST_GAUGE, XDCR_TEST_GAUGE)};
+                                             XDCR_TEST_GAUGE, XDCR_TEST_GAUGE, XDCR_TEST_GAUGE)};
 #undef XDCR_TEST_COUNTER
 #undef XDCR_TEST_COUNTER_BY
 #undef XDCR_TEST_COUNTER_BY_KEY
@@ -172,6 +172,29 @@ TEST(MetricsTable, LinkDetachmentsIsACounterOfItsOwn) {
       << text;
 }
 
+TEST(MetricsTable, BandwidthIsALimitGaugeAndAThrottledCounterByDirection) {
+  PipelineStats stats;
+  PipelineMetrics pm;
+  pm.name = "east-to-west";
+  pm.stats = &stats;
+  pm.bandwidth_limit = 20'000'000;
+  pm.read_throttled_seconds = 0.5;
+  pm.write_throttled_seconds = 3;
+  const std::string text = renderMetrics({pm});
+  EXPECT_NE(
+      text.find("# TYPE xdcr_bandwidth_limit_bytes_per_second gauge\n"
+                "xdcr_bandwidth_limit_bytes_per_second{pipeline=\"east-to-west\"} 20000000\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE xdcr_bandwidth_throttled_seconds_total counter\n"
+                      "xdcr_bandwidth_throttled_seconds_total{pipeline=\"east-to-west\","
+                      "direction=\"read\"} 0.5\n"
+                      "xdcr_bandwidth_throttled_seconds_total{pipeline=\"east-to-west\","
+                      "direction=\"write\"} 3\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
   PipelineStats stats;
   stats.link_detachments = 2;
@@ -181,10 +204,16 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
   pm.stats = &stats;
   pm.lag_seconds = 0.5;
   pm.backlog_bytes = 7;
+  pm.bandwidth_limit = 2'000'000;
+  pm.write_throttled_seconds = 1.25;
   const nlohmann::json j = statusFigures(pm);
   EXPECT_EQ(j, nlohmann::json::parse(R"({"lag_seconds": 0.5, "backlog_bytes": 7,
-                                         "link_detachments": 2})"))
+                                         "link_detachments": 2, "bandwidth_limit": 2000000,
+                                         "bandwidth_throttled_seconds":
+                                           {"read": 0.0, "write": 1.25}})"))
       << j.dump();
+  EXPECT_TRUE(j["bandwidth_limit"].is_number_unsigned());
+  EXPECT_TRUE(j["bandwidth_throttled_seconds"]["read"].is_number_float());
   EXPECT_TRUE(j["lag_seconds"].is_number_float());
   EXPECT_TRUE(j["backlog_bytes"].is_number_unsigned());
   EXPECT_TRUE(j["link_detachments"].is_number_unsigned());
@@ -193,8 +222,11 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
   EXPECT_EQ(j.size(), with_status);
   // Seconds stay numbers even when whole (as before: `lag_seconds: 0.0`).
   pm.lag_seconds = 0;
-  EXPECT_EQ(statusFigures(pm).dump(),
-            R"({"backlog_bytes":7,"lag_seconds":0.0,"link_detachments":2})");
+  pm.bandwidth_limit = 0;
+  pm.write_throttled_seconds = 0;
+  EXPECT_EQ(statusFigures(pm).dump(), R"({"backlog_bytes":7,"bandwidth_limit":0,)"
+                                      R"("bandwidth_throttled_seconds":{"read":0.0,"write":0.0},)"
+                                      R"("lag_seconds":0.0,"link_detachments":2})");
 }
 
 TEST(MetricsStatus, LinkShowsThePipelinesSharingTheReplicationLink) {

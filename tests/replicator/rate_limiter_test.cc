@@ -1,7 +1,9 @@
 // The token bucket of bandwidth_limit (common/rate_limiter.h) on simulated time: the rate held
 // over a long run, the burst, debt paid in proportion, a bucket shared by several limiters, the
-// rate of the last seconds; and RedisConnection with limiters on a loopback socket: reads and
-// writes at the rate, and close() ending a throttled read or write at once.
+// rate of the last seconds; RedisConnection with limiters on a loopback socket: reads and
+// writes at the rate, and close() ending a throttled read or write at once; and who gets which
+// limiter: a pipeline its write limiter (one bucket for its instances), a link the smallest
+// limit of its members for its reads, and what /status and /metrics show of them.
 
 #include <gtest/gtest.h>
 
@@ -24,8 +26,13 @@
 #include <thread>
 #include <vector>
 
+#include "clock/clock.h"
 #include "common/rate_limiter.h"
 #include "common/redis_conn.h"
+#include "config/config.h"
+#include "replicator/pipeline.h"
+#include "replicator/source_link.h"
+#include "replicator/status.h"
 
 namespace xdcr {
 namespace {
@@ -361,6 +368,128 @@ TEST(RateLimitedConnection, WithoutLimitersNothingWaits) {
   });
   EXPECT_EQ(got, kBytes);
   EXPECT_LT(elapsed, 2.0);
+}
+
+// ---- pipelines and links ---------------------------------------------------------------------
+
+constexpr char kFanOut[] = R"(clusters:
+  src: {type: redis, address: "127.0.0.1:1"}
+  src2: {type: redis, address: "127.0.0.1:2"}
+  dst: {type: redis, address: "127.0.0.1:3"}
+  dst2: {type: redis, address: "127.0.0.1:4"}
+  dst3: {type: redis, address: "127.0.0.1:5"}
+pipelines:
+  - {name: a, source: src, target: dst, bandwidth_limit: 20MB}
+  - {name: b, source: src, target: dst2, bandwidth_limit: 5MB}
+  - {name: c, source: src, target: dst3}
+  - {name: d, source: src2, target: dst}
+)";
+
+struct FanOut {
+  config::ConfigConstSharedPtr config;
+  net::io_context ioc;
+  clock::SimulatedClock clk{1'000'000'000'000};
+  std::vector<std::unique_ptr<replicator::Pipeline>> ps;
+
+  FanOut() {
+    auto loaded = config::loadConfigString(kFanOut, "t.yaml");
+    EXPECT_TRUE(loaded.ok()) << loaded.diagnostics.at(0).format();
+    config = loaded.config;
+    for (const auto& pc : config->pipelines) {
+      ps.push_back(std::make_unique<replicator::Pipeline>(ioc.get_executor(), config, pc, clk));
+    }
+  }
+  /** Another instance of pipeline `i` (a shard of a Redis Cluster source). */
+  std::unique_ptr<replicator::Pipeline> instance(size_t i, const std::string& shard) {
+    return std::make_unique<replicator::Pipeline>(
+        ioc.get_executor(), config, config->pipelines[i], clk, Limits{}, nullptr,
+        replicator::Pipeline::Shard{config->pipelines[i].name + "@" + shard, shard});
+  }
+};
+
+TEST(Bandwidth, APipelineWritesThroughItsLimitAndALinkReadsThroughItsSmallestMembers) {
+  FanOut f;
+  auto& ps = f.ps;
+  EXPECT_EQ(ps[0]->bandwidthLimit(), 20'000'000u);
+  ASSERT_NE(ps[0]->writeLimiter(), nullptr);
+  EXPECT_EQ(ps[0]->writeLimiter()->rate(), 20'000'000u);
+  EXPECT_EQ(ps[1]->writeLimiter()->rate(), 5'000'000u);
+  EXPECT_EQ(ps[2]->writeLimiter(), nullptr) << "no limit: no limiter, nothing to pay";
+  EXPECT_EQ(ps[0]->readLimiter(), nullptr) << "on no link";
+  auto noop = [](replicator::Pipeline*) {};
+  {
+    replicator::SourceLink shared(f.ioc.get_executor(), f.config,
+                                  {ps[0].get(), ps[1].get(), ps[2].get()}, f.clk, noop, noop);
+    replicator::SourceLink own(f.ioc.get_executor(), f.config, {ps[3].get()}, f.clk, noop, noop);
+    ASSERT_NE(shared.readLimiter(), nullptr);
+    EXPECT_EQ(shared.readLimiter()->rate(), 5'000'000u) << "the smallest limit of its members";
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(ps[i]->readLimiter(), shared.readLimiter());
+    EXPECT_EQ(own.readLimiter(), nullptr);
+    EXPECT_EQ(ps[3]->readLimiter(), nullptr);
+
+    // What the link waited for shows on each of its members.
+    const auto now = Clock::now();
+    shared.readLimiter()->take(shared.readLimiter()->burst() + 5'000'000, now);
+    ps[0]->writeLimiter()->take(ps[0]->writeLimiter()->burst() + 10'000'000, now);
+    const auto b0 = ps[0]->bandwidth(now);
+    EXPECT_NEAR(b0.read_throttled_seconds, 1.0, 1e-6);
+    EXPECT_NEAR(b0.write_throttled_seconds, 0.5, 1e-6);
+    EXPECT_NEAR(ps[2]->bandwidth(now).read_throttled_seconds, 1.0, 1e-6);
+    EXPECT_EQ(ps[2]->bandwidth(now).write_throttled_seconds, 0.0);
+
+    const nlohmann::json s = replicator::statusJson(ps, false, nullptr, *f.config);
+    const auto& a = s["pipelines"][0];
+    EXPECT_EQ(a["bandwidth_limit"], 20'000'000) << a.dump(2);
+    EXPECT_NEAR(a["bandwidth_throttled_seconds"]["read"].get<double>(), 1.0, 1e-6);
+    EXPECT_NEAR(a["bandwidth_throttled_seconds"]["write"].get<double>(), 0.5, 1e-6);
+    EXPECT_TRUE(a["bandwidth_bytes_per_second"].contains("read")) << a.dump(2);
+    EXPECT_TRUE(a["bandwidth_bytes_per_second"].contains("write")) << a.dump(2);
+    EXPECT_EQ(s["pipelines"][2]["bandwidth_limit"], 0);
+
+    std::vector<replicator::PipelineMetrics> pm;
+    for (const auto& p : ps) pm.push_back(replicator::metricsOf(*p));
+    const std::string text = replicator::renderMetrics(pm);
+    EXPECT_NE(text.find("xdcr_bandwidth_limit_bytes_per_second{pipeline=\"a\"} 20000000\n"
+                        "xdcr_bandwidth_limit_bytes_per_second{pipeline=\"b\"} 5000000\n"
+                        "xdcr_bandwidth_limit_bytes_per_second{pipeline=\"c\"} 0\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("xdcr_bandwidth_throttled_seconds_total{pipeline=\"a\",direction=\"read\"} "
+                        "1\n"),
+              std::string::npos)
+        << text;
+  }
+  // Off the link: no read limiter, and what was waited on it stays counted.
+  EXPECT_EQ(ps[0]->readLimiter(), nullptr);
+  EXPECT_NEAR(ps[0]->bandwidth(Clock::now()).read_throttled_seconds, 1.0, 1e-6);
+}
+
+TEST(Bandwidth, TheInstancesOfAPipelineShareOneBucketEachWayAndCountApart) {
+  // A Redis Cluster source: one instance of each pipeline per shard, one link per shard.
+  FanOut f;
+  auto a1 = f.instance(0, "s1"), a2 = f.instance(0, "s2");
+  auto b1 = f.instance(1, "s1"), b2 = f.instance(1, "s2");
+  const auto now = Clock::now();
+  // Writes: what one instance takes, the other waits for.
+  a1->writeLimiter()->take(a1->writeLimiter()->burst() + 20'000'000, now);
+  EXPECT_NEAR(seconds(a2->writeLimiter()->debt(now)), 1.0, 1e-6);
+  EXPECT_NEAR(a1->bandwidth(now).write_throttled_seconds, 1.0, 1e-6);
+  EXPECT_EQ(a2->bandwidth(now).write_throttled_seconds, 0.0);
+  // Reads: the links of the same pipelines share their bucket.
+  auto noop = [](replicator::Pipeline*) {};
+  replicator::SourceLink l1(f.ioc.get_executor(), f.config, {a1.get(), b1.get()}, f.clk, noop,
+                            noop);
+  replicator::SourceLink l2(f.ioc.get_executor(), f.config, {a2.get(), b2.get()}, f.clk, noop,
+                            noop);
+  ASSERT_NE(l1.readLimiter(), nullptr);
+  ASSERT_NE(l1.readLimiter(), l2.readLimiter()) << "counters of each link's own";
+  l1.readLimiter()->take(l1.readLimiter()->burst() + 5'000'000, now);
+  EXPECT_NEAR(seconds(l2.readLimiter()->debt(now)), 1.0, 1e-6) << "one bucket";
+  // Other pipelines: another bucket.
+  auto c1 = f.instance(2, "s1");
+  replicator::SourceLink l3(f.ioc.get_executor(), f.config, {c1.get(), b2.get()}, f.clk, noop,
+                            noop);
+  EXPECT_EQ(l3.readLimiter()->debt(now), Clock::duration::zero());
 }
 
 }  // namespace
