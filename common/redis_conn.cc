@@ -159,19 +159,20 @@ net::awaitable<Status> RedisConnection::connectTcp(const RedisEndpoint& endpoint
   net::steady_timer timer(ex, timeout);
   auto r =
       co_await (net::async_connect(socket_, results, use_nothrow) || timer.async_wait(use_nothrow));
+  // An address that answered before is not misconfigured: the network or the server is down.
+  const std::string hint = addressAnswered(endpoint.address())
+                               ? "it answered before: the network or the server is down"
+                               : "check that the server runs and the address is right";
   if (r.index() == 1) {
     close();
-    co_return fail(Error::io(fmt::format(
-        "{}: connect timed out after {} ms; check that the server runs and the address is right",
-        label_, timeout.count())));
+    co_return fail(Error::io(fmt::format("{}: connect to {} timed out after {} ms; {}", label_,
+                                         endpoint.address(), timeout.count(), hint)));
   }
   auto [ec, ep] = std::get<0>(r);
   if (ec) {
     close();
-    co_return fail(
-        Error::io(fmt::format("{}: cannot connect: {}; check that the server runs and "
-                              "the address is right",
-                              label_, ec.message())));
+    co_return fail(Error::io(fmt::format("{}: cannot connect to {}: {}; {}", label_,
+                                         endpoint.address(), ec.message(), hint)));
   }
   boost::system::error_code ignored;
   socket_.set_option(net::ip::tcp::no_delay(true), ignored);
