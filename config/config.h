@@ -151,6 +151,15 @@ struct ClusterConfig {
    * repl-timeout for the agent's own links).
    */
   Duration link_timeout{std::chrono::seconds(60)};
+  /**
+   * `spool_limit` (a source): the most a full sync may hold in the agent's spool (bytes, in
+   * memory up to 32 MiB, beyond it in `<state_dir>/spool/`): what the source sends during a full
+   * sync is read at once and kept there until the targets take it, instead of waiting in the
+   * source's output buffer (source/spool.h). nullopt (not written): derived from the snapshot's
+   * size (2 x its size + 256 MiB, capped by the free space of the state directory's filesystem);
+   * 0: no spool (the source is read at the targets' pace, as before).
+   */
+  std::optional<uint64_t> spool_limit;
   std::string username;  // optional ACL user
   Secret password;
   std::optional<TlsConfig> tls;       // present = TLS on

@@ -68,10 +68,11 @@ struct ClusterInfo {
   /** false: the address (address, addresses or sentinels) is missing or invalid, or the type is
    *  unknown (already reported); the checks that compare addresses skip the cluster. */
   bool address_ok = false;
-  Mark type;       // of the `type` value; line 0 when not written
-  Mark read_from;  // of the `read_from` key; line 0 when not written
-  Mark slots;      // of the `slots` key; line 0 when not written
+  Mark type;          // of the `type` value; line 0 when not written
+  Mark read_from;     // of the `read_from` key; line 0 when not written
+  Mark slots;         // of the `slots` key; line 0 when not written
   Mark link_timeout;  // of the `link_timeout` value; line 0 when not written
+  Mark spool_limit;   // of the `spool_limit` key; line 0 when not written
 };
 
 /** The result of the structural pass, before cross-reference checks. */

@@ -320,18 +320,18 @@ std::optional<Duration> readDuration(const Entry& entry, DurationRule rule, Diag
 }
 
 /**
- * Bytes per second: an integer, or a number (a fraction too) with a unit — B, KB (or kB), MB, GB,
- * TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), optionally followed by "/s"
- * ("20MB", "1.5GiB/s", "500 KB"). A lower-case b is not taken: "Mb" usually means megabits.
- * nullopt when it is none of these or too large.
+ * Bytes (a size), or with `per_second` bytes per second: an integer, or a number (a fraction too)
+ * with a unit — B, KB (or kB), MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of
+ * 1024), a rate optionally followed by "/s" ("20MB", "1.5GiB/s", "500 KB"). A lower-case b is not
+ * taken: "Mb" usually means megabits. nullopt when it is none of these or too large.
  */
-std::optional<uint64_t> parseBytesPerSecond(std::string_view text) {
+std::optional<uint64_t> parseBytes(std::string_view text, bool per_second) {
   auto trim = [](std::string_view& t) {
     while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
     while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
   };
   trim(text);
-  if (text.size() >= 2 && (text.ends_with("/s") || text.ends_with("/S"))) {
+  if (per_second && text.size() >= 2 && (text.ends_with("/s") || text.ends_with("/S"))) {
     text.remove_suffix(2);
     trim(text);
   }
@@ -381,6 +381,10 @@ std::optional<uint64_t> parseBytesPerSecond(std::string_view text) {
   return static_cast<uint64_t>(value);
 }
 
+std::optional<uint64_t> parseBytesPerSecond(std::string_view text) {
+  return parseBytes(text, true);
+}
+
 /** bandwidth_limit: bytes per second, 0 = none (parseBytesPerSecond). */
 std::optional<uint64_t> readBandwidth(const Entry& entry, Diagnostics& diags) {
   constexpr std::string_view kHow =
@@ -403,6 +407,33 @@ std::optional<uint64_t> readBandwidth(const Entry& entry, Diagnostics& diags) {
   if (!value) {
     diags.error(entry.value_mark,
                 "invalid " + entry.key + " " + quote(text) + ": " + std::string(kHow));
+    return std::nullopt;
+  }
+  return value;
+}
+
+/** spool_limit and other sizes: bytes (parseBytes), 0 allowed. */
+std::optional<uint64_t> readSize(const Entry& entry, std::string_view zero_means,
+                                 Diagnostics& diags) {
+  const std::string how = "use 0 for " + std::string(zero_means) +
+                          ", an integer number of bytes, or a number with a unit: 4GB, 500MB "
+                          "(powers of 1000) or 4GiB, 512MiB (powers of 1024)";
+  if (!entry.value.IsScalar()) {
+    diags.error(entry.value_mark, entry.key + " must be a size such as 4GB, not " +
+                                      describeNode(entry.value) + "; " + how);
+    return std::nullopt;
+  }
+  const std::string& text = entry.value.Scalar();
+  std::string_view body = text;
+  while (!body.empty() && body.front() == ' ') body.remove_prefix(1);
+  if (!body.empty() && body.front() == '-' && parseBytes(body.substr(1), false)) {
+    diags.error(entry.value_mark,
+                entry.key + " must not be negative (got " + quote(text) + "); " + how);
+    return std::nullopt;
+  }
+  auto value = parseBytes(text, false);
+  if (!value) {
+    diags.error(entry.value_mark, "invalid " + entry.key + " " + quote(text) + ": " + how);
     return std::nullopt;
   }
   return value;
@@ -1136,7 +1167,7 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
   MapReader reader(entry.value, "in cluster",
                    {"type", "address", "addresses", "read_from", "slots", "sentinels",
                     "master_name", "sentinel_username", "sentinel_password", "link_timeout",
-                    "username", "password", "tls", "buckets"},
+                    "spool_limit", "username", "password", "tls", "buckets"},
                    diags);
   bool type_ok = true;
   if (const Entry* e = reader.get("type")) {
@@ -1246,6 +1277,12 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
     info.link_timeout = e->value_mark;
     if (auto d = readDuration(*e, DurationRule::Positive, diags)) {
       cluster.link_timeout = *d;
+    }
+  }
+  if (const Entry* e = reader.get("spool_limit")) {
+    info.spool_limit = e->key_mark;
+    if (auto v = readSize(*e, "no spool (the source read at the targets' pace)", diags)) {
+      cluster.spool_limit = *v;
     }
   }
   if (const Entry* e = reader.get("username")) {

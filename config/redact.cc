@@ -77,6 +77,12 @@ Json clusterJson(const ClusterConfig& cluster) {
       break;
   }
   json["link_timeout"] = formatDuration(cluster.link_timeout);
+  // bytes; "auto": derived from each snapshot's size; 0: no spool
+  if (cluster.spool_limit) {
+    json["spool_limit"] = *cluster.spool_limit;
+  } else {
+    json["spool_limit"] = "auto";
+  }
   if (!cluster.username.empty()) {
     json["username"] = cluster.username;
   }

@@ -260,6 +260,9 @@ void checkSourceOnlyKeys(const ParsedConfig& parsed, Diagnostics& diags) {
   checkSourceOnlyKey(
       parsed, [](const ClusterInfo& i) -> const Mark& { return i.slots; }, "slots",
       "slots selects the part of a Redis Cluster this agent replicates", diags);
+  checkSourceOnlyKey(
+      parsed, [](const ClusterInfo& i) -> const Mark& { return i.spool_limit; }, "spool_limit",
+      "spool_limit bounds what a full sync keeps on the agent's disk", diags);
 }
 
 /**

@@ -1918,5 +1918,69 @@ TEST(config, BandwidthLimitIsInTheEffectiveConfigAndTheFingerprint) {
   EXPECT_EQ(fp(limited), fp(same));
 }
 
+// ---- spool_limit (issue 17 point 4) ---------------------------------------------------------
+
+/** A source cluster with `spool_limit: <value>` (line 4, the value at column 18). */
+std::string withSpoolLimit(const std::string& value, const char* where = "a") {
+  std::string yaml = "clusters:\n  a:\n    address: 127.0.0.1:7001\n";
+  if (std::string(where) == "a") yaml += "    spool_limit: " + value + "\n";
+  yaml += "  b:\n    address: 127.0.0.1:7002\n";
+  if (std::string(where) == "b") yaml += "    spool_limit: " + value + "\n";
+  return yaml + "pipelines:\n  - {name: p, source: a, target: b}\n";
+}
+
+TEST(config, SpoolLimitIsASizeZeroTurnsTheSpoolOffAbsentIsDerived) {
+  const std::vector<std::pair<std::string, uint64_t>> cases = {
+      {"0", 0},
+      {"4GB", 4'000'000'000},
+      {"4GiB", 4ULL << 30},
+      {"512MiB", 512ULL << 20},
+      {"1.5GB", 1'500'000'000},
+      {"1000000", 1'000'000},
+  };
+  for (const auto& [text, bytes] : cases) {
+    LoadResult result = loadConfigString(withSpoolLimit(text), kFile);
+    ASSERT_TRUE(result.ok()) << text << ": " << testing::PrintToString(errorsOf(result));
+    ASSERT_TRUE(result.config->cluster("a")->spool_limit.has_value()) << text;
+    EXPECT_EQ(*result.config->cluster("a")->spool_limit, bytes) << text;
+  }
+  LoadResult derived = loadConfigString(kMinimal, kFile);
+  ASSERT_TRUE(derived.ok());
+  EXPECT_FALSE(derived.config->cluster("a")->spool_limit.has_value());
+  EXPECT_THAT(redactedJson(*derived.config), HasSubstr("\"spool_limit\": \"auto\""));
+  LoadResult four = loadConfigString(withSpoolLimit("4GB"), kFile);
+  ASSERT_TRUE(four.ok());
+  EXPECT_THAT(redactedJson(*four.config), HasSubstr("\"spool_limit\": 4000000000"));
+  // A changed limit restarts the pipelines reading that source on SIGHUP.
+  const auto fp = [](const LoadResult& r) {
+    return pipelineFingerprint(*r.config, r.config->pipelines.at(0));
+  };
+  EXPECT_NE(fp(four), fp(derived));
+  LoadResult same = loadConfigString(withSpoolLimit("4000000000"), kFile);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(fp(four), fp(same));
+}
+
+constexpr char kSpoolHow[] =
+    "use 0 for no spool (the source read at the targets' pace), an integer number of bytes, or a "
+    "number with a unit: 4GB, 500MB (powers of 1000) or 4GiB, 512MiB (powers of 1024)";
+
+INSTANTIATE_TEST_SUITE_P(
+    configSpoolLimit, InvalidConfigTest,
+    testing::Values(
+        InvalidCase{"Negative", withSpoolLimit("-4GB"),
+                    std::string("t.yaml:4:18: error: spool_limit must not be negative (got "
+                                "\"-4GB\"); ") +
+                        kSpoolHow},
+        // A size, not a rate.
+        InvalidCase{"PerSecond", withSpoolLimit("4GB/s"),
+                    std::string("t.yaml:4:18: error: invalid spool_limit \"4GB/s\": ") + kSpoolHow},
+        InvalidCase{"NotANumber", withSpoolLimit("lots"),
+                    std::string("t.yaml:4:18: error: invalid spool_limit \"lots\": ") + kSpoolHow},
+        InvalidCase{"OnATargetOnly", withSpoolLimit("4GB", "b"),
+                    "t.yaml:6:5: error: spool_limit bounds what a full sync keeps on the agent's "
+                    "disk, so it applies only to a source, but cluster \"b\" is only a target (of "
+                    "pipeline \"p\"); remove spool_limit"}));
+
 }  // namespace
 }  // namespace xdcr::config
