@@ -1,8 +1,12 @@
-// Folds the JSON of stream_bench (drain, lag, cost, fanout), of cluster_bench and of
-// full_sync_bench into ONE table (stdout) and one JSON file: the benchmarks' own results unchanged
-// under "stream", "cluster" and "full_sync", plus the table's rows under "table".
+// Folds the JSON of stream_bench (drain, lag, cost, fanout; and, run with --wan-delay-ms, its
+// wan_drain and wan_lag), of cluster_bench and of full_sync_bench into ONE table (stdout) and one
+// JSON file: the benchmarks' own results unchanged under "stream", "wan", "cluster" and
+// "full_sync", plus the table's rows under "table".
 //
-//   bench_report [--stream FILE] [--cluster FILE] [--full-sync FILE] [--json OUT]
+//   bench_report [--stream FILE] [--wan FILE] [--cluster FILE] [--full-sync FILE] [--json OUT]
+//
+// --wan: stream_bench's output of a run across a WAN proxy (wan_drain, wan_lag); without it the
+// WAN rows come from the --stream file when that holds them.
 //
 // A missing or unreadable input only leaves its rows out (they are listed as not run).
 
@@ -95,16 +99,18 @@ bool readJson(const std::string& path, json* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string stream_path, cluster_path, full_sync_path, out_path;
+  std::string stream_path, wan_path, cluster_path, full_sync_path, out_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) {
-      std::cerr << "usage: bench_report [--stream FILE] [--cluster FILE] [--full-sync FILE] "
-                   "[--json OUT]\n";
+      std::cerr << "usage: bench_report [--stream FILE] [--wan FILE] [--cluster FILE] "
+                   "[--full-sync FILE] [--json OUT]\n";
       return 2;
     }
     if (arg == "--stream") {
       stream_path = argv[++i];
+    } else if (arg == "--wan") {
+      wan_path = argv[++i];
     } else if (arg == "--cluster") {
       cluster_path = argv[++i];
     } else if (arg == "--full-sync") {
@@ -116,8 +122,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  json stream, cluster, full;
+  json stream, wan, cluster, full;
   const bool have_stream = readJson(stream_path, &stream);
+  bool have_wan = readJson(wan_path, &wan);
+  if (!have_wan && have_stream && (stream.contains("wan_drain") || stream.contains("wan_lag"))) {
+    wan = stream;
+    have_wan = true;
+  }
   const bool have_cluster = readJson(cluster_path, &cluster);
   const bool have_full = readJson(full_sync_path, &full);
 
@@ -341,6 +352,98 @@ int main(int argc, char** argv) {
     not_run.push_back("lag");
   }
 
+  // Across a WAN (stream_bench --wan-delay-ms): a native replica reading its master through a
+  // proxy against the clamp-off agent reading the source through one (reads across) or writing
+  // its target through one (writes across). One row per placement, the agent in the "agent clamp
+  // off" column, the native replica's figure repeated in each.
+  std::string wan_note;
+  if (have_wan && (wan.contains("wan_drain") || wan.contains("wan_lag"))) {
+    const std::string native = "native_across";
+    struct Placement {
+      const char* consumer;
+      const char* label;
+      const char* ratio;
+      double target;
+    };
+    const std::vector<Placement> placements = {
+        {"agent_reads_across", "reads across", "ratio_reads", 0.95},
+        {"agent_writes_across", "writes across", "ratio_writes", 0.9}};
+    const json& any = wan.contains("wan_drain") ? wan["wan_drain"] : wan["wan_lag"];
+    const std::string delay = fmt(num(any, {"delay_ms"}), 0) + " ms";
+    wan_note = "across a WAN: a proxy delays each direction " + delay + " (round trip +" +
+               fmt(num(any, {"delay_ms"}), 0, 2.0) +
+               " ms); native = a replica whose master is the proxy; agent (clamp off, its "
+               "figures in the 'agent clamp off' column) = reads across: its src is the proxy "
+               "(the agent in the target's datacenter), writes across: its dst is the proxy (in "
+               "the source's)";
+    if (wan.contains("wan_drain")) {
+      const json& d = wan["wan_drain"];
+      const json& m = d["median"];
+      const auto runs = d.contains("runs") ? d["runs"].size() : 0;
+      const std::string head = "drain " + thousands(num(d, {"ops"})) + " SET PXAT across " + delay;
+      std::vector<std::optional<double>> foreign = {num(m, {native, "foreign_cores_max"})};
+      std::string agents_foreign;
+      for (const Placement& p : placements) {
+        if (!m.contains(p.consumer)) continue;
+        const auto ratio = num(m, {p.ratio});
+        char bound[32];
+        std::snprintf(bound, sizeof(bound), "agent/native >= %.2f", p.target);
+        rows.push_back({head + ", " + p.label + ": ops/s (median of " + std::to_string(runs) + ")",
+                        thousands(num(m, {native, "ops_per_s"})), "",
+                        thousands(num(m, {p.consumer, "ops_per_s"})), "", fmt(ratio, 2), bound,
+                        verdictOf({ratio}, false, p.target)});
+        foreign.push_back(num(m, {p.consumer, "foreign_cores_max"}));
+        agents_foreign += (agents_foreign.empty() ? "" : " / ") +
+                          fmt(num(m, {p.consumer, "foreign_cores_max"}), 2);
+      }
+      rows.push_back({"drain across " + delay + ": other load, cores (max; agent: reads / writes)",
+                      fmt(num(m, {native, "foreign_cores_max"}), 2), "", agents_foreign, "", "",
+                      "~0 (a quiet machine)", quiet(foreign)});
+    } else {
+      not_run.push_back("wan drain");
+    }
+    if (wan.contains("wan_lag")) {
+      const json& l = wan["wan_lag"];
+      const std::string head = "lag " + thousands(num(l, {"rate"})) + "/s " +
+                               fmt(num(l, {"seconds"}), 0) + " s across " + delay;
+      auto p50p99 = [&](const std::string& c) {
+        return fmt(num(l, {c, "p50_ms"}), 1) + " / " + fmt(num(l, {c, "p99_ms"}), 1);
+      };
+      auto seen = [&](const std::string& c) {
+        return thousands(num(l, {c, "seen"})) + "/" + thousands(num(l, {c, "sent"}));
+      };
+      auto all_seen = [&](const std::string& c) {
+        const auto s = num(l, {c, "seen"});
+        const auto t = num(l, {c, "sent"});
+        return s && t && *s == *t && *t > 0 && l[c].value("error", std::string()).empty();
+      };
+      std::vector<std::optional<double>> foreign = {num(l, {native, "foreign_cores"})};
+      std::string agents_foreign;
+      std::string agents_seen;
+      bool all = all_seen(native);
+      for (const Placement& p : placements) {
+        if (!l.contains(p.consumer)) continue;
+        rows.push_back({head + ", " + p.label + ": p50 / p99 ms", p50p99(native), "",
+                        p50p99(p.consumer), "", "", "", ""});
+        foreign.push_back(num(l, {p.consumer, "foreign_cores"}));
+        agents_foreign +=
+            (agents_foreign.empty() ? "" : " / ") + fmt(num(l, {p.consumer, "foreign_cores"}), 2);
+        agents_seen += (agents_seen.empty() ? "" : "; ") + seen(p.consumer);
+        all = all && all_seen(p.consumer);
+      }
+      rows.push_back({head + ": writes seen/sent (agent: reads / writes)", seen(native), "",
+                      agents_seen, "", "", "all, none sooner than the delay",
+                      all ? "met" : "MISSED"});
+      rows.push_back({head + ": other load, cores (agent: reads / writes)",
+                      fmt(num(l, {native, "foreign_cores"}), 2), "", agents_foreign, "", "",
+                      "~0 (a quiet machine)", quiet(foreign)});
+    } else {
+      not_run.push_back("wan lag");
+    }
+  } else {
+    not_run.push_back("wan");
+  }
+
   if (have_full && full.contains("median")) {
     const json& m = full["median"];
     const auto on = num(m, {"on", "ratio"});
@@ -457,8 +560,11 @@ int main(int argc, char** argv) {
   if (!cluster_note.empty()) {
     std::cout << cluster_note << "\n";
   }
-  if (have_stream || have_cluster) {
-    const json& from = have_stream ? stream : cluster;
+  if (!wan_note.empty()) {
+    std::cout << wan_note << "\n";
+  }
+  if (have_stream || have_wan || have_cluster) {
+    const json& from = have_stream ? stream : have_wan ? wan : cluster;
     std::cout << "machine: " << from.value("cpus", 0) << " CPUs, redis "
               << from.value("redis_version", std::string("?")) << ", agent "
               << from.value("agent_binary", std::string("?")) << "\n";
@@ -479,6 +585,7 @@ int main(int argc, char** argv) {
     json out = {{"unix_time", static_cast<long long>(std::time(nullptr))},
                 {"table", table},
                 {"stream", have_stream ? stream : json(nullptr)},
+                {"wan", have_wan ? wan : json(nullptr)},
                 {"cluster", have_cluster ? cluster : json(nullptr)},
                 {"full_sync", have_full ? full : json(nullptr)}};
     std::ofstream file(out_path);

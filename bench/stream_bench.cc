@@ -37,12 +37,29 @@
 //          per million deadlines (the second million with the buffers already grown), the peak
 //          RSS, and the agent's xdcr_expiry_index_entries / _bytes gauges when it exports them.
 //
+// Across a WAN (--wan-delay-ms D > 0; issue 17): the kernel here has no netem, so the WAN is the
+// user-space proxy of tests/support/wan_proxy.h, which delivers every byte D ms after it read it,
+// both directions (a round trip gains 2 x D). The drain and the lag part then measure, instead of
+// the three consumers above (and recorded under wan_drain / wan_lag, not drain / lag):
+//   native_across        a fresh redis-server, REPLICAOF the source THROUGH a proxy (its master
+//                        is 127.0.0.1:<proxy port>): Redis's own replication across the link;
+//   agent_reads_across   the agent (clamp off) in the target's datacenter: its `src` address is a
+//                        proxy in front of the source, its target is local;
+//   agent_writes_across  the agent (clamp off) in the source's datacenter: the source is local,
+//                        its `dst` address is a proxy in front of the target.
+// (--placement reads|writes picks one agent; default both). Each consumer gets its own fresh
+// proxy (a thread of this process, counted as ours in "other load"). The load is written to the
+// source and the target is polled / subscribed to directly, so every figure includes the link
+// exactly once: lag p50 >= D for every consumer (a lag below D, or a drain whose stream the proxy
+// did not carry, fails the measurement). Ratios agent/native over the same link: drain ops/s
+// (ratio_reads, ratio_writes); lag p50/p99 side by side. cost and fanout do not take a delay.
+//
 // Every process is a child stopped by its PID (RAII, also on errors and on SIGINT/SIGTERM;
 // PR_SET_PDEATHSIG if this process is killed); a SIGSTOPped consumer is SIGCONTed on the way out.
 //
 //   stream_bench [--only drain,lag,cost,fanout] [--ops N] [--runs R] [--lag-seconds S]
 //                [--lag-rate W] [--value-size B] [--json FILE] [--agent PATH] [--timeout S]
-//                [--quiet-wait S]
+//                [--quiet-wait S] [--wan-delay-ms D [--placement reads|writes|both]]
 
 #include <signal.h>
 #include <unistd.h>
@@ -71,6 +88,7 @@
 
 #include "bench/bench_common.h"
 #include "tests/support/harness.h"
+#include "tests/support/wan_proxy.h"
 
 namespace xdcr::bench {
 namespace {
@@ -107,7 +125,14 @@ struct Options {
   std::string agent = defaultAgent();
   int timeout_s = 300;
   int quiet_wait_s = 0;
+  int wan_delay_ms = 0;    // > 0: drain and lag across a WAN proxy (wan_drain, wan_lag)
+  bool wan_reads = true;   // --placement: the agent reading the source across
+  bool wan_writes = true;  // the agent writing its target across
   bool wants(const std::string& part) const { return only.count(part) > 0; }
+  bool wan() const { return wan_delay_ms > 0; }
+  std::string placement() const {
+    return wan_reads && wan_writes ? "both" : wan_reads ? "reads" : "writes";
+  }
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -118,7 +143,9 @@ struct Options {
       << "usage: stream_bench [--only drain,lag,cost,fanout] [--ops N] [--runs R]\n"
          "                    [--lag-seconds S] [--lag-rate W] [--value-size B] [--json FILE]\n"
          "                    [--agent PATH] [--timeout S] [--quiet-wait S]\n"
-         "  --only LIST       parts to run, comma-separated or repeated (default all)\n"
+         "                    [--wan-delay-ms D [--placement reads|writes|both]]\n"
+         "  --only LIST       parts to run, comma-separated or repeated (default all; with\n"
+         "                    --wan-delay-ms: drain,lag)\n"
          "  --ops N           commands of one drain (default 1000000); cost drains 3 x N\n"
          "  --runs R          drain and fan-out runs of each consumer (default 3); medians\n"
          "  --lag-seconds S   length of the paced load (default 30)\n"
@@ -129,13 +156,19 @@ struct Options {
          "                    build's)\n"
          "  --timeout S       bound on each drain / on the lag load's tail (default 300)\n"
          "  --quiet-wait S    before each measurement, wait for other processes to leave the\n"
-         "                    machine (< 0.25 cores), at most S seconds in all (default 0)\n";
+         "                    machine (< 0.25 cores), at most S seconds in all (default 0)\n"
+         "  --wan-delay-ms D  > 0: drain and lag across a WAN proxy delaying each direction D ms:\n"
+         "                    a native replica reading its master through it against the agent\n"
+         "                    reading the source (reads) or writing its target (writes) through\n"
+         "                    it; JSON keys wan_drain, wan_lag (default 0: no proxy)\n"
+         "  --placement P     with --wan-delay-ms: reads, writes or both (default both)\n";
   std::exit(2);
 }
 
 Options parseOptions(int argc, char** argv) {
   Options options;
   bool only_given = false;
+  bool placement_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -176,6 +209,16 @@ Options parseOptions(int argc, char** argv) {
         options.timeout_s = std::stoi(value());
       } else if (arg == "--quiet-wait") {
         options.quiet_wait_s = std::stoi(value());
+      } else if (arg == "--wan-delay-ms") {
+        options.wan_delay_ms = std::stoi(value());
+      } else if (arg == "--placement") {
+        const std::string p = value();
+        if (p != "reads" && p != "writes" && p != "both") {
+          usage("--placement takes reads, writes or both");
+        }
+        placement_given = true;
+        options.wan_reads = p != "writes";
+        options.wan_writes = p != "reads";
       } else if (arg == "-h" || arg == "--help") {
         usage("");
       } else {
@@ -192,6 +235,16 @@ Options parseOptions(int argc, char** argv) {
         "--ops, --runs, --lag-seconds, --timeout must be > 0, --lag-rate in 1..1000000, "
         "--value-size in 1..1000000");
   }
+  if (options.wan_delay_ms < 0 || options.wan_delay_ms > 10000) {
+    usage("--wan-delay-ms must be in 0..10000");
+  }
+  if (!options.wan()) {
+    if (placement_given) usage("--placement needs --wan-delay-ms > 0");
+  } else if (!only_given) {
+    options.only = {"drain", "lag"};
+  } else if (options.wants("cost") || options.wants("fanout")) {
+    usage("--wan-delay-ms applies to drain and lag only (run cost and fanout without it)");
+  }
   return options;
 }
 
@@ -199,8 +252,20 @@ Options parseOptions(int argc, char** argv) {
 
 // The drain, lag and cost parts compare one native replica with one agent pipeline (clamp on,
 // clamp off); the fan-out part compares two native replicas of one source with ONE agent running
-// two pipelines of that source (one link) into two targets, the first with the clamp on.
-enum class Kind { Native, AgentOn, AgentOff, NativeFanout, AgentFanout };
+// two pipelines of that source (one link) into two targets, the first with the clamp on. Across
+// a WAN (--wan-delay-ms) a native replica and the clamp-off agent each get a proxy: in front of
+// the source for the replica and for the agent that reads across, in front of the target for the
+// agent that writes across.
+enum class Kind {
+  Native,
+  AgentOn,
+  AgentOff,
+  NativeFanout,
+  AgentFanout,
+  NativeAcross,
+  AgentReadsAcross,
+  AgentWritesAcross
+};
 constexpr std::array<Kind, 3> kKinds = {Kind::Native, Kind::AgentOn, Kind::AgentOff};
 constexpr std::array<Kind, 2> kFanoutKinds = {Kind::NativeFanout, Kind::AgentFanout};
 
@@ -216,12 +281,32 @@ std::string kindName(Kind kind) {
       return "native_2_replicas";
     case Kind::AgentFanout:
       return "agent_2_pipelines";
+    case Kind::NativeAcross:
+      return "native_across";
+    case Kind::AgentReadsAcross:
+      return "agent_reads_across";
+    case Kind::AgentWritesAcross:
+      return "agent_writes_across";
   }
   return "?";
 }
 
 bool isAgentKind(Kind kind) {
-  return kind != Kind::Native && kind != Kind::NativeFanout;
+  return kind != Kind::Native && kind != Kind::NativeFanout && kind != Kind::NativeAcross;
+}
+
+/** Whether the consumer's stream crosses a WAN proxy (--wan-delay-ms). */
+bool isAcross(Kind kind) {
+  return kind == Kind::NativeAcross || kind == Kind::AgentReadsAcross ||
+         kind == Kind::AgentWritesAcross;
+}
+
+/** The consumers of the WAN drain and lag: the native replica first, then the placements. */
+std::vector<Kind> acrossKinds(const Options& options) {
+  std::vector<Kind> kinds = {Kind::NativeAcross};
+  if (options.wan_reads) kinds.push_back(Kind::AgentReadsAcross);
+  if (options.wan_writes) kinds.push_back(Kind::AgentWritesAcross);
+  return kinds;
 }
 
 /** The consumer's targets, in order: whether each has the maxTTL clamp on. */
@@ -229,6 +314,9 @@ std::vector<bool> targetClamps(Kind kind) {
   switch (kind) {
     case Kind::Native:
     case Kind::AgentOff:
+    case Kind::NativeAcross:
+    case Kind::AgentReadsAcross:
+    case Kind::AgentWritesAcross:
       return {false};
     case Kind::AgentOn:
       return {true};
@@ -304,8 +392,10 @@ std::string agentYaml(const std::string& state_dir, const std::string& admin, ui
 /**
  * The consumer side of a source, streaming: native replicas (each target is a replica itself,
  * REPLICAOF the source), or one agent with a fresh state_dir and one fresh target per pipeline.
- * The members are declared so that the agent is stopped first, then the targets, then the
- * directory is removed.
+ * Across a WAN, one fresh proxy (options.wan_delay_ms each way) in front of the source (the
+ * native replica's master, the src of the agent that reads across) or of the target (the dst of
+ * the agent that writes across). The members are declared so that the agent is stopped first,
+ * then the proxy, then the targets, then the directory is removed.
  */
 class Consumer {
  public:
@@ -317,10 +407,19 @@ class Consumer {
           std::make_unique<RedisServer>(std::vector<std::string>{}, std::chrono::seconds(30)));
       ports.push_back(targets_.back()->port());
     }
+    uint16_t source_port = source.port();
+    if (isAcross(kind_)) {
+      if (!options.wan()) throw std::logic_error(kindName(kind_) + " needs --wan-delay-ms > 0");
+      uint16_t& across = kind_ == Kind::AgentWritesAcross ? ports.front() : source_port;
+      proxy_ =
+          test::WanProxy::start(across, {.delay = std::chrono::milliseconds(options.wan_delay_ms),
+                                         .name = "wan-" + kindName(kind_)});
+      across = proxy_->port();
+    }
     if (!isAgent()) {
       for (auto& target : targets_) {
         RespClient client = target->client(30s);
-        RespValue reply = client.command({"REPLICAOF", "127.0.0.1", std::to_string(source.port())});
+        RespValue reply = client.command({"REPLICAOF", "127.0.0.1", std::to_string(source_port)});
         if (reply.isError()) {
           throw std::runtime_error("REPLICAOF: " + reply.toString());
         }
@@ -334,7 +433,7 @@ class Consumer {
       admin_ = "127.0.0.1:" + std::to_string(test::freePort());
       const std::string config = dir_->file("xdcr.yaml");
       test::writeFileText(config,
-                          agentYaml(dir_->file("state"), admin_, source.port(), ports, clamps_));
+                          agentYaml(dir_->file("state"), admin_, source_port, ports, clamps_));
       agent_ = std::make_unique<AgentProcess>(config, dir_->file("agent.log"),
                                               std::vector<std::string>{}, options.agent);
       waitFor("the agent's /readyz", 60s,
@@ -389,6 +488,15 @@ class Consumer {
   std::string logTail() const {
     return agent_ ? agent_->logTail(30) : targets_.front()->logTail(20);
   }
+  /**
+   * Bytes the WAN proxy delivered in the stream's direction (source to consumer, or for the
+   * agent that writes across, agent to target); nullopt without a proxy.
+   */
+  std::optional<uint64_t> wanStreamBytes() const {
+    if (!proxy_) return std::nullopt;
+    return kind_ == Kind::AgentWritesAcross ? proxy_->bytesUp() : proxy_->bytesDown();
+  }
+
   /** The agent's /metrics, "" for native replicas or when it cannot be read. */
   std::string metrics() const {
     if (!agent_) {
@@ -420,6 +528,7 @@ class Consumer {
   std::unique_ptr<TempDir> dir_;
   std::vector<std::unique_ptr<RedisServer>> targets_;
   std::string admin_;
+  std::unique_ptr<test::WanProxy> proxy_;
   std::unique_ptr<AgentProcess> agent_;
 };
 
@@ -532,7 +641,8 @@ struct Phase {
   std::optional<double> index_bytes;
   std::optional<double> clamped_total;
   std::vector<TargetDrain> targets;
-  int64_t source_replicas = -1;  // INFO replication connected_slaves after the drain (checked)
+  int64_t source_replicas = -1;     // INFO replication connected_slaves after the drain (checked)
+  std::optional<double> wan_bytes;  // across a WAN: what the proxy carried of the phase's stream
 
   double opsPerSecond() const { return drain_s > 0 ? static_cast<double>(count) / drain_s : 0; }
   std::optional<double> cpuPerMillion() const {
@@ -567,7 +677,8 @@ struct Phase {
         {"deadline_shift_ms",
          targets.empty() ? nlohmann::json(nullptr) : nlohmann::json(targets[0].deadline_shift_ms)},
         {"targets", targets_json},
-        {"source_replicas", source_replicas}};
+        {"source_replicas", source_replicas},
+        {"wan_bytes", jsonOrNull(wan_bytes)}};
   }
 };
 
@@ -606,6 +717,7 @@ Phase drainPhase(RedisServer& source, Consumer& consumer, int64_t first, int64_t
   std::optional<double> cpu0;
   std::optional<double> target_cpu0;
   std::optional<double> source_cpu0;
+  const std::optional<uint64_t> wan0 = consumer.wanStreamBytes();
   Clock::time_point start;
   {
     std::vector<std::unique_ptr<StoppedProcess>> stopped;
@@ -662,6 +774,16 @@ Phase drainPhase(RedisServer& source, Consumer& consumer, int64_t first, int64_t
   }
   // Still one replica per native replica and ONE for the agent: no pipeline left a shared link.
   phase.source_replicas = checkSourceReplicas(source, consumer, "after the drain");
+  // Across a WAN, the stream crossed the proxy: at least the values went through it.
+  if (const std::optional<uint64_t> wan1 = consumer.wanStreamBytes(); wan0 && wan1) {
+    phase.wan_bytes = static_cast<double>(*wan1 - *wan0);
+    const double floor = static_cast<double>(count) * static_cast<double>(value.size());
+    if (*phase.wan_bytes < floor) {
+      throw std::runtime_error("the WAN proxy carried " + cell(phase.wan_bytes, 0) +
+                               " bytes of a stream of at least " + cell(floor, 0) + ": " +
+                               kindName(consumer.kind()) + " did not go through it");
+    }
+  }
   // Every key arrived on every target (spot checks: the first and the last), with which
   // deadline: clamp on shortens the 1 h deadline to ~10 min from now, clamp off and a native
   // replica keep it exactly.
@@ -935,6 +1057,12 @@ LagResult measureLag(Kind kind, const std::string& value, const Options& options
     r.error = "only " + std::to_string(r.seen) + " of " + std::to_string(r.sent) +
               " writes were seen on the target";
   }
+  // Across a WAN every write crosses the proxy once: none can be visible sooner than its delay.
+  if (r.error.empty() && isAcross(kind) && !r.sorted_ms.empty() &&
+      r.sorted_ms.front() < options.wan_delay_ms) {
+    r.error = "a write was visible after " + cell(r.sorted_ms.front(), 2) + " ms, under the " +
+              std::to_string(options.wan_delay_ms) + " ms of the WAN proxy: it did not cross it";
+  }
   progress("  " + kindName(kind) + ": seen " + std::to_string(r.seen) + "/" +
            std::to_string(r.sent) + ", p50 " + cell(r.q(0.5), 2) + " ms, p99 " +
            cell(r.q(0.99), 2) + " ms, max " +
@@ -963,8 +1091,7 @@ std::optional<double> diffPerMillion(const std::optional<double>& after,
  * kind named in `ratio_keys` to `reference` (ops/s); medians of everything over the runs.
  * Clears `ok` when a measurement failed.
  */
-template <size_t N>
-nlohmann::json runDrains(const std::string& part, const std::array<Kind, N>& kinds, Kind reference,
+nlohmann::json runDrains(const std::string& part, const std::vector<Kind>& kinds, Kind reference,
                          const std::map<Kind, std::string>& ratio_keys, const std::string& value,
                          const Options& options, bool& ok) {
   nlohmann::json runs = nlohmann::json::array();
@@ -1058,15 +1185,49 @@ int runBenchmark(const Options& options) {
   }
   bool ok = true;
 
-  if (options.wants("drain")) {
+  if (options.wan()) {
+    // Across a WAN: the same drain and lag, other consumers, other keys (drain and lag stay
+    // what they are without a delay).
+    const std::vector<Kind> kinds = acrossKinds(options);
+    std::string names;
+    for (Kind kind : kinds) names += (names.empty() ? "" : ", ") + kindName(kind);
+    const std::string across = std::to_string(options.wan_delay_ms) + " ms each way";
+    if (options.wants("drain")) {
+      progress("drain across a WAN (" + across + "): " + std::to_string(options.ops) +
+               " SET PXAT, " + std::to_string(options.runs) + " runs x " + names);
+      std::map<Kind, std::string> ratio_keys;
+      if (options.wan_reads) ratio_keys[Kind::AgentReadsAcross] = "ratio_reads";
+      if (options.wan_writes) ratio_keys[Kind::AgentWritesAcross] = "ratio_writes";
+      out["wan_drain"] =
+          runDrains("wan drain", kinds, Kind::NativeAcross, ratio_keys, value, options, ok);
+      out["wan_drain"]["delay_ms"] = options.wan_delay_ms;
+      out["wan_drain"]["placement"] = options.placement();
+    }
+    if (options.wants("lag")) {
+      progress("lag across a WAN (" + across + "): " + std::to_string(options.lag_rate) +
+               " writes/s for " + std::to_string(options.lag_seconds) + " s, " + names);
+      nlohmann::json lag = {{"rate", options.lag_rate},
+                            {"seconds", options.lag_seconds},
+                            {"delay_ms", options.wan_delay_ms},
+                            {"placement", options.placement()}};
+      for (Kind kind : kinds) {
+        LagResult r = measureLag(kind, value, options);
+        if (!r.error.empty()) ok = false;
+        lag[kindName(kind)] = r.toJson();
+      }
+      out["wan_lag"] = lag;
+    }
+  }
+
+  if (options.wants("drain") && !options.wan()) {
     progress("drain: " + std::to_string(options.ops) + " SET PXAT, " +
              std::to_string(options.runs) + " runs x native, agent clamp on, agent clamp off");
     out["drain"] =
-        runDrains("drain", kKinds, Kind::Native,
+        runDrains("drain", {kKinds.begin(), kKinds.end()}, Kind::Native,
                   {{Kind::AgentOn, "ratio_on"}, {Kind::AgentOff, "ratio_off"}}, value, options, ok);
   }
 
-  if (options.wants("lag")) {
+  if (options.wants("lag") && !options.wan()) {
     progress("lag: " + std::to_string(options.lag_rate) + " writes/s for " +
              std::to_string(options.lag_seconds) + " s, each consumer");
     nlohmann::json lag = {{"rate", options.lag_rate}, {"seconds", options.lag_seconds}};
@@ -1129,8 +1290,9 @@ int runBenchmark(const Options& options) {
     progress("fan-out: " + std::to_string(options.ops) + " SET PXAT into 2 targets, " +
              std::to_string(options.runs) +
              " runs x 2 native replicas, 1 agent with 2 pipelines (target 1 clamp on, 2 off)");
-    out["fanout"] = runDrains("fan-out", kFanoutKinds, Kind::NativeFanout,
-                              {{Kind::AgentFanout, "ratio"}}, value, options, ok);
+    out["fanout"] =
+        runDrains("fan-out", {kFanoutKinds.begin(), kFanoutKinds.end()}, Kind::NativeFanout,
+                  {{Kind::AgentFanout, "ratio"}}, value, options, ok);
     out["fanout"]["targets"] = 2;
   }
 
