@@ -187,7 +187,7 @@ class WanTest : public ::testing::Test {
    * to the agent streaming again (the source has accepted a new PSYNC from it and counts it
    * online), or a negative number when that did not happen within 60 s.
    */
-  double partitionAndRecover(const Case& c, ClusterLoad& load) {
+  double partitionAndRecover(const Case& c, ClusterLoad& load, const std::string& label) {
     const int64_t partial_before = statOf(*source_, "sync_partial_ok");
     const int64_t full_before = statOf(*source_, "sync_full");
     LogWatcher noticed(agent_->logPath(), "after it had worked");
@@ -220,7 +220,7 @@ class WanTest : public ::testing::Test {
           return false;
         },
         60s, 20ms);
-    std::cout << "[ wan      ] " << caseName(c) << ": partition noticed after " << noticed_after
+    std::cout << "[ wan      ] " << label << ": partition noticed after " << noticed_after
               << " s (link_timeout " << kLinkTimeout.count() << " s), recovery (link back -> "
               << "streaming) " << recovery << " s, " << ops_during << " operations so far"
               << std::endl;
@@ -246,7 +246,7 @@ TEST_P(WanPartitionTest, PartitionUnderLoadIsAPartialResyncThatLosesNothing) {
   const int64_t partial_before = statOf(*source_, "sync_partial_ok");
   const int64_t full_before = statOf(*source_, "sync_full");
 
-  const double recovery = partitionAndRecover(c, load);
+  const double recovery = partitionAndRecover(c, load, caseName(c));
   ASSERT_GE(recovery, 0) << "not streaming 60 s after the link returned\n" << agent_->logTail();
   EXPECT_LE(recovery, kRecoveryBoundS) << agent_->logTail();
   // Keep the load on a while after the return, then compare.
@@ -297,7 +297,7 @@ TEST_F(WanTest, PartitionLongerThanTheBacklogIsOneFullSync) {
     return std::stoll(c.info("replication")["master_repl_offset"]);
   }();
   const Case c{Placement::ReadsAcross, Partition::Reset, 20s};
-  const double recovery = partitionAndRecover(c, load);
+  const double recovery = partitionAndRecover(c, load, "longer than the backlog");
   ASSERT_GE(recovery, 0) << agent_->logTail();
   {
     RespClient s = source_->client();

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "clock/clock.h"
+#include "config/config.h"
+#include "replicator/pipeline.h"
 #include "replicator/supervision.h"
 
 namespace xdcr::replicator {
@@ -16,6 +18,28 @@ using ms = std::chrono::milliseconds;
 
 ms asMs(std::chrono::steady_clock::duration d) {
   return std::chrono::duration_cast<ms>(d);
+}
+
+TEST(LimitsFor, TheWatchdogsComeFromEachClustersLinkTimeout) {
+  // The source's silence from the source cluster's link_timeout, the target's unanswered
+  // commands from the target's; a cluster without one keeps 60 s (Redis's repl-timeout).
+  auto loaded = config::loadConfigString(R"(clusters:
+  far: {address: "127.0.0.1:7001", link_timeout: 15s}
+  near: {address: "127.0.0.1:7002"}
+  slow: {address: "127.0.0.1:7003", link_timeout: 2m}
+pipelines:
+  - {name: a, source: far, target: near}
+  - {name: b, source: near, target: slow}
+)",
+                                         "t.yaml");
+  ASSERT_TRUE(loaded.ok());
+  const config::Config& cfg = *loaded.config;
+  const Limits a = limitsFor(cfg, cfg.pipelines[0]);
+  EXPECT_EQ(asMs(a.source_silence), 15s);
+  EXPECT_EQ(asMs(a.target_stall), 60s);
+  const Limits b = limitsFor(cfg, cfg.pipelines[1]);
+  EXPECT_EQ(asMs(b.source_silence), 60s);
+  EXPECT_EQ(asMs(b.target_stall), 120s);
 }
 
 TEST(Backoff, DoublesWithJitterUpToTheCapAndResetsAfterALongSession) {
