@@ -33,14 +33,15 @@ ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 "$@"
 # (tests/support/agent_process.cc). Not run sanitized: the packaging test (label packaging): it
 # packages this build's binary as a .deb (which would then depend on libasan/libubsan) and runs
 # only `version` and `validate` of it: it tests the package, not the code. Nor the cluster suite's
-# second run with agent.threads: 3 (label threads; scripts/tsan.sh checks the threads). SANITIZE=0
-# skips this stage.
+# second run with agent.threads: 3 (label threads; scripts/tsan.sh checks the threads), nor the
+# 90 s WAN partitions (label long: the 20 s ones run the same code paths). SANITIZE=0 skips this
+# stage.
 if [ "${SANITIZE:-1}" != 0 ]; then
   cd "$ROOT"
   BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo XDCR_SANITIZE=ON XDCR_BUILD_BENCH=OFF \
     bash scripts/build.sh
   ctest --test-dir build-asan --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 \
-    --label-exclude "packaging|threads" "$@"
+    --label-exclude "packaging|threads|long" "$@"
 fi
 
 # ---- fuzz smoke (fuzz/, scripts/fuzz.sh) -------------------------------------------------------
