@@ -102,7 +102,10 @@ struct ResolvedUnit {
   std::string_view replid;  // the source history the offsets belong to (the stream's replid)
   uint64_t offset_end = 0;  // the stream offset just past the unit
   size_t bytes = 0;         // stream (or snapshot) bytes it took
-  size_t count = 0;         // changes[0 .. count) are this unit's (the vector is reused)
+  /** This host's wall clock (epoch ms) when the unit was resolved, read once for many units
+   *  (RedisShardSource); the target side judges the unit at the same time. 0 = unknown. */
+  int64_t local_ms = 0;
+  size_t count = 0;  // changes[0 .. count) are this unit's (the vector is reused)
   std::vector<Change> changes;
 
   std::span<const Change> view() const { return {changes.data(), count}; }

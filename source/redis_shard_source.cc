@@ -11,7 +11,8 @@ RedisShardSource::RedisShardSource(net::any_io_executor ex, const config::Cluste
                                    std::optional<RedisEndpoint> node)
     : label_(label),
       redis_(std::move(ex), cluster, std::move(label), std::move(node)),
-      resolver_(index, source_clock) {}
+      resolver_(index, source_clock),
+      unit_clock_(source_clock.local()) {}
 
 net::awaitable<Result<SyncKind>> RedisShardSource::start(const Position* resume, int resume_db,
                                                          SnapshotConsumer& consumer) {
@@ -36,7 +37,8 @@ Result<bool> RedisShardSource::nextUnit(ResolvedUnit& out) {
   out.replid = redis_.position().replid;
   out.bytes = unit_.bytes;
   out.count = 0;
-  for (const auto& entry : unit_.entries) resolver_.resolve(entry, out.add());
+  out.local_ms = unit_clock_.nowMs();
+  for (const auto& entry : unit_.entries) resolver_.resolve(entry, out.add(), out.local_ms);
   return true;
 }
 

@@ -58,7 +58,8 @@ class RedisShardSource final : public Source, private SnapshotSink {
   std::string label_;
   RedisSource redis_;
   Resolver resolver_;
-  Unit unit_;  // the stream unit behind the last ResolvedUnit
+  clock::UnitClock unit_clock_;  // the stream units' time (ResolvedUnit::local_ms)
+  Unit unit_;                    // the stream unit behind the last ResolvedUnit
   SnapshotConsumer* consumer_ = nullptr;
   rdb::Walker walker_;
   size_t retry_at_ = 0;  // do not parse the snapshot again before this many bytes are offered

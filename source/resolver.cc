@@ -9,8 +9,8 @@
 
 namespace xdcr::source {
 
-void Resolver::resolve(const Entry& entry, Change& c) {
-  const int64_t source_now = source_clock_.nowMs();
+void Resolver::resolve(const Entry& entry, Change& c, int64_t local_ms) {
+  const int64_t source_now = local_ms + source_clock_.offsetMs();
   c.rdb = nullptr;
   std::string problem;
   if (!decodeEntry(entry, db_, source_now, c, &problem)) {

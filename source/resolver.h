@@ -34,7 +34,13 @@ class Resolver {
       : index_(index), source_clock_(source_clock) {}
 
   /** Decodes and resolves one entry into `out` (its events reuse out's vectors). */
-  void resolve(const Entry& entry, Change& out);
+  void resolve(const Entry& entry, Change& out) { resolve(entry, out, source_clock_.localNowMs()); }
+  /**
+   * The same, judged at `local_ms` (this host's wall clock, read by the caller once for many
+   * entries: reading it costs ~55-140 ns on the machines measured, 12 % of a drain's CPU when
+   * read three times per unit).
+   */
+  void resolve(const Entry& entry, Change& out, int64_t local_ms);
   /** One key of a snapshot: a create with the deadline the RDB holds (0 = none). */
   void resolveSnapshotKey(int db, std::string_view key, int64_t expire_ms,
                           const RdbPayload& payload, Change& out);

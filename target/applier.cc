@@ -13,8 +13,9 @@ Applier::Applier(const MaxTtlPolicy& policy, const filters::KeySpace& keys,
                  const clock::ClusterClock& target_clock, PipelineStats& stats)
     : policy_(policy), keys_(keys), target_clock_(target_clock), stats_(stats) {}
 
-void Applier::beginUnit(bool transaction) {
+void Applier::beginUnit(bool transaction, int64_t local_ms) {
   transaction_ = transaction;
+  unit_local_ms_ = local_ms;
   unit_unsafe_ = false;
   unit_wrapped_ = false;
   unit_.clear();
@@ -226,7 +227,8 @@ void Applier::apply(const source::Change& c) {
   }
 
   resetEntry();
-  const int64_t now = target_clock_.nowMs();
+  const int64_t now =
+      unit_local_ms_ != 0 ? unit_local_ms_ + target_clock_.offsetMs() : target_clock_.nowMs();
   // Only helper commands (a clamp after an in-place write, a deadline after RENAME) need a
   // MULTI of their own; a single command is atomic already.
   bool needs_atomic = false;

@@ -34,8 +34,12 @@ class Applier {
   Applier(const MaxTtlPolicy& policy, const filters::KeySpace& keys,
           const clock::ClusterClock& target_clock, PipelineStats& stats);
 
-  /** Starts a unit: one entry, or a source MULTI ... EXEC block (`transaction`). */
-  void beginUnit(bool transaction);
+  /**
+   * Starts a unit: one entry, or a source MULTI ... EXEC block (`transaction`). `local_ms`: this
+   * host's wall clock as the source read it for the unit (ResolvedUnit::local_ms), so that the
+   * target's now is not read again per unit; 0 = read the clock.
+   */
+  void beginUnit(bool transaction, int64_t local_ms = 0);
   /**
    * Translates one judged change of the current unit (filters::EventFilter). A snapshot key
    * (Effect::SnapshotKey, a create, §4) becomes `RESTORE key clamp(E) payload REPLACE [ABSTTL]
@@ -165,6 +169,7 @@ class Applier {
   std::vector<std::string_view> items_;  // arguments of a batched command (rebuild)
   std::vector<std::string> numbers_;     // formatted zset scores items_ views (rebuild)
   const clock::ClusterClock& target_clock_;
+  int64_t unit_local_ms_ = 0;  // beginUnit()'s local_ms
   PipelineStats& stats_;
   int64_t compensation_ms_ = 0;
 

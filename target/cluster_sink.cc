@@ -215,7 +215,7 @@ void ClusterSink::apply(const source::ResolvedUnit& unit, bool write) {
     target_.commitUnit(target_.ackedOffset());
     return;
   }
-  applier_.beginUnit(unit.transaction);
+  applier_.beginUnit(unit.transaction, unit.local_ms);
   for (const auto& c : unit.view()) {
     judged_ = c;  // reuses judged_'s vectors
     filter_.judge(judged_);

@@ -99,7 +99,7 @@ void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
     for (const auto& c : unit.view()) applySnapshotKey(c);
     return;
   }
-  applier_.beginUnit(unit.transaction);
+  applier_.beginUnit(unit.transaction, unit.local_ms);
   for (const auto& c : unit.view()) {
     judged_ = c;  // reuses judged_'s vectors
     filter_.judge(judged_);
