@@ -79,7 +79,7 @@ struct RedisConnection::Tls {
 struct RedisConnection::Throttle {
   std::shared_ptr<RateLimiter> read;
   std::shared_ptr<RateLimiter> write;
-  net::steady_timer read_timer;  // a read and a write may wait at once (a target's reader and
+  net::steady_timer read_timer;   // a read and a write may wait at once (a target's reader and
   net::steady_timer write_timer;  // writer)
 
   explicit Throttle(const net::any_io_executor& ex) : read_timer(ex), write_timer(ex) {}
@@ -283,9 +283,10 @@ net::awaitable<Result<size_t>> RedisConnection::readSomeWithTimeout(
   auto r = co_await (readSome() || timer.async_wait(use_nothrow));
   if (r.index() == 1) {
     if (bytes_read_ > 0) {
-      co_return fail(Error::io(fmt::format("{}: the connection to {} timed out after it had "
-                                           "worked: no answer within {} ms",
-                                           label_, endpoint_.address(), timeout.count())));
+      co_return fail(
+          Error::io(fmt::format("{}: the connection to {} timed out after it had "
+                                "worked: no answer within {} ms",
+                                label_, endpoint_.address(), timeout.count())));
     }
     co_return fail(Error::io(fmt::format("{}: no answer within {} ms", label_, timeout.count())));
   }

@@ -86,8 +86,8 @@ class WanTest : public ::testing::Test {
         placement == Placement::WritesAcross ? proxy_->port() : target_->port();
     const std::string across = placement == Placement::ReadsAcross ? "src" : "dst";
     auto cluster = [&](const std::string& name, uint16_t port) {
-      std::string c = "  " + name + ": {type: redis, address: \"127.0.0.1:" +
-                      std::to_string(port) + "\"";
+      std::string c =
+          "  " + name + ": {type: redis, address: \"127.0.0.1:" + std::to_string(port) + "\"";
       if (name == across) c += ", link_timeout: " + std::to_string(kLinkTimeout.count()) + "s";
       return c + "}\n";
     };
@@ -123,7 +123,7 @@ class WanTest : public ::testing::Test {
     ClusterLoadOptions o;
     o.seed = seed;
     o.max_ops = 1'000'000;
-    o.max_duration = 300s;  // a bound; stop() ends it long before
+    o.max_duration = 300s;   // a bound; stop() ends it long before
     o.keys_per_kind = 1250;  // 5,000 keys
     o.pause = 400us;         // ~2,000 operations a second
     return o;
@@ -161,10 +161,11 @@ class WanTest : public ::testing::Test {
         runAgentCommand({"verify", "-c", verify_config_, "-p", "p", "-o", "json", "--rate", "0"},
                         dir_.file("verify.out"));
     ASSERT_TRUE(v.report.is_object()) << scenario << ": verify printed no report:\n" << v.output;
-    std::cout << "[ wan      ] " << scenario << ": " << stats.ops << " operations, verify: "
-              << v.report["checked"] << " keys checked, " << v.report["missing"] << " missing, "
-              << v.report["value_mismatches"] << " value mismatches, "
-              << v.report["ttl_mismatches"] << " deadline mismatches" << std::endl;
+    std::cout << "[ wan      ] " << scenario << ": " << stats.ops
+              << " operations, verify: " << v.report["checked"] << " keys checked, "
+              << v.report["missing"] << " missing, " << v.report["value_mismatches"]
+              << " value mismatches, " << v.report["ttl_mismatches"] << " deadline mismatches"
+              << std::endl;
     EXPECT_EQ(v.exit_code, 0) << scenario << ":\n" << v.output << "\n" << agent_->logTail();
     EXPECT_GT(v.report.value("checked", 0), 1000) << scenario;
     EXPECT_EQ(v.report.value("missing", -1), 0) << v.output;
@@ -310,8 +311,8 @@ TEST_F(WanTest, PartitionLongerThanTheBacklogIsOneFullSync) {
   ASSERT_GE(recovery, 0) << agent_->logTail();
   {
     RespClient s = source_->client();
-    const int64_t written = std::stoll(s.info("replication")["master_repl_offset"]) -
-                            backlog_before;
+    const int64_t written =
+        std::stoll(s.info("replication")["master_repl_offset"]) - backlog_before;
     std::cout << "[ wan      ] backlog case: " << written
               << " bytes of stream during the partition, backlog 1 MiB" << std::endl;
   }
