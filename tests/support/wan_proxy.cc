@@ -331,7 +331,8 @@ struct Session : std::enable_shared_from_this<Session> {
       total += chunk.size - chunk.offset;
     }
     p.writing = true;
-    asio::async_write(p.to, std::move(buffers),
+    // (async_write copies the buffer sequence; the chunks stay queued until onWritten)
+    asio::async_write(p.to, buffers,
                       [self = shared_from_this(), &p](boost::system::error_code ec, size_t n) {
                         self->onWritten(p, ec, n);
                       });
@@ -492,17 +493,21 @@ std::unique_ptr<WanProxy> WanProxy::start(uint16_t upstream_port, Options option
 }
 
 WanProxy::~WanProxy() {
-  impl_->run([this] {
-    Impl& impl = *impl_;
-    impl.stopping = true;
-    boost::system::error_code ignored;
-    impl.acceptor.close(ignored);
-    impl.accept_retry.cancel();
-    for (const auto& session : impl.allSessions()) session->close(false);
-    impl.work.reset();
-  });
+  try {
+    impl_->run([this] {
+      Impl& impl = *impl_;
+      impl.stopping = true;
+      boost::system::error_code ignored;
+      impl.acceptor.close(ignored);
+      impl.accept_retry.cancel();
+      for (const auto& session : impl.allSessions()) session->close(false);
+      impl.work.reset();
+    });
+  } catch (const std::exception&) {
+    // The thread is stopped below either way; nothing else to do in a destructor.
+  }
   impl_->io.stop();
-  impl_->thread.join();
+  if (impl_->thread.joinable()) impl_->thread.join();
   // The io_context's destructor now destroys the handlers that never ran, and the last
   // references to the sessions with them.
 }
