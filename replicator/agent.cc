@@ -29,6 +29,7 @@
 #include "replicator/preflight.h"
 #include "replicator/source_link.h"
 #include "replicator/state_lock.h"
+#include "source/spool.h"
 #include "replicator/status.h"
 #include "replicator/workers.h"
 
@@ -387,6 +388,12 @@ class PipelineSet {
 int runAgent(config::ConfigConstSharedPtr config) {
   StateDirLock state_lock;  // held until the process exits: one agent per state directory
   if (int code = state_lock.acquire(config->agent.state_dir)) return code;
+  // Spool files of an agent that ended during a full sync (the lock says none is in use): that
+  // full sync starts again anyway.
+  if (size_t n = source::removeLeftoverSpools(config->agent.state_dir + "/spool"); n > 0) {
+    spdlog::info("removed {} spool file(s) left in {}/spool by an earlier run", n,
+                 config->agent.state_dir);
+  }
   if (int code = checkDistinctServers(*config)) return code;  // one server under two names
   net::io_context ioc(1);
   Workers workers(ioc, config->agent.threads);  // before `set`: its threads outlive the links

@@ -52,6 +52,12 @@ struct SnapshotProgress {
   uint64_t failed = 0;
   std::chrono::steady_clock::time_point started{};
   double seconds = 0;  // duration of the last completed one
+  // The spool (source/spool.h) of this full sync, or of the last one once it drained.
+  uint64_t spooled_bytes = 0;        // held now, memory and disk
+  uint64_t spool_on_disk_bytes = 0;  // of those, on disk
+  uint64_t spool_peak_bytes = 0;     // the most held at once
+  uint64_t spool_limit = 0;          // 0: no spool
+  bool spooling = false;             // the source is read into the spool now
 };
 
 /**

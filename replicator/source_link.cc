@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 
@@ -19,6 +20,7 @@
 #include "replicator/migration_guard.h"
 #include "replicator/supervision.h"
 #include "source/redis_shard_source.h"
+#include "source/spool.h"
 #include "target/marker.h"
 
 namespace xdcr::replicator {
@@ -144,6 +146,40 @@ std::string SourceLink::label() const {
   const std::string where = pipelines_.empty() ? "" : pipelines_.front()->locator()->describe();
   return fmt::format("pipeline{} {}: source {} ({})", pipelines_.size() > 1 ? "s" : "", names,
                      source_cluster_.name, where.empty() ? source_cluster_.address() : where);
+}
+
+source::SpoolOptions SourceLink::spoolOptions(const std::string& node) const {
+  // <state_dir>/spool/<source>.<pipelines>.<node>.spool: one file per link, named so that an
+  // operator sees whose it is.
+  std::string names;
+  for (const Pipeline* p : pipelines_) names += (names.empty() ? "" : "+") + p->name();
+  std::string name = fmt::format("{}.{}.{}", source_cluster_.name, names, node);
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' &&
+        c != '+') {
+      c = '_';
+    }
+  }
+  if (name.size() > 180) name = name.substr(0, 180);
+  source::SpoolOptions o;
+  o.dir = config_->agent.state_dir + "/spool";
+  o.name = std::move(name);
+  o.cluster = source_cluster_.name;
+  o.limit = source_cluster_.spool_limit;
+  return o;
+}
+
+void SourceLink::updateSpool(const source::Source& source) {
+  const source::SpoolStats f = source.spool();
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    SnapshotProgress& pr = m.p->mutableProgress();
+    pr.spooling = f.active;
+    pr.spooled_bytes = f.bytes;
+    pr.spool_on_disk_bytes = f.on_disk;
+    pr.spool_peak_bytes = f.peak;
+    pr.spool_limit = f.limit;
+  }
 }
 
 SourceLink::Member* SourceLink::firstLive() {
@@ -493,6 +529,7 @@ net::awaitable<Status> SourceLink::session() {
                                       fmt::format("{} node {}", label(), node->endpoint.address()),
                                       index_, source_clock_);
       source.setNode(node->endpoint, node->role);
+      source.setSpool(spoolOptions(node->endpoint.address()));
       // The members that left since (loadCheckpoints) may have had the smallest limit.
       updateReadLimit();
       source.setReadLimiter(read_limiter_);
@@ -506,7 +543,9 @@ net::awaitable<Status> SourceLink::session() {
                                      node->role.empty() ? "" : " (" + node->role + ")"));
       }
       if (source_cluster_.isSentinel()) spdlog::info("{}: attaching to master {}", label(), shard_);
-      auto r = co_await (streamSide(source) || watchSinks() || watchNode(*locator, *node));
+      // (background(): the spool's pump during a full sync; it returns only when cancelled)
+      auto r = co_await (streamSide(source) || watchSinks() || watchNode(*locator, *node) ||
+                         source.background());
       result = std::visit([](auto& s) { return s; }, r);
     }
   }
@@ -1002,6 +1041,7 @@ net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
     }
     const auto now = clock_.monotonicNow();
     updateLag(source);
+    updateSpool(source);  // (while a full sync's spool drains)
     // ACK what every target has applied (not what was received), so that WAIT on the source
     // means "on every target". A diskless source also needs these ACKs to start streaming.
     uint64_t applied = UINT64_MAX;
@@ -1288,7 +1328,12 @@ net::awaitable<Status> SourceLink::snapshotUnit(const source::ResolvedUnit& unit
   if (mustWait(true) || live() > 1) {
     if (auto s = co_await waitForMembers(true); !s) co_return s;
   }
-  if (clock_.monotonicNow() - last_report_ >= limits_.progress_report) reportProgress(false);
+  const auto now = clock_.monotonicNow();
+  if (live_source_ != nullptr && now - last_spool_update_ >= std::chrono::milliseconds(250)) {
+    last_spool_update_ = now;
+    updateSpool(*live_source_);
+  }
+  if (now - last_report_ >= limits_.progress_report) reportProgress(false);
   co_return Status{};
 }
 
@@ -1339,6 +1384,16 @@ net::awaitable<Status> SourceLink::endSnapshot() {
   }
   const double secs = seconds(clock_.monotonicNow() - snapshot_started_);
   reportProgress(true);
+  std::string spool_said;
+  if (live_source_ != nullptr) {
+    updateSpool(*live_source_);
+    const source::SpoolStats f = live_source_->spool();
+    if (f.limit > 0) {
+      spool_said =
+          fmt::format("; spool peak {} ({} on disk), {} still in it", source::formatBytes(f.peak),
+                      source::formatBytes(f.peak_on_disk), source::formatBytes(f.bytes));
+    }
+  }
   for (auto& m : members_) {
     if (m.gone) continue;
     SnapshotProgress& pr = m.p->mutableProgress();
@@ -1365,16 +1420,17 @@ net::awaitable<Status> SourceLink::endSnapshot() {
       // Said in the last line too: the keys are NOT on the target (each was logged above).
       spdlog::warn(
           "pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} bytes "
-          "in {:.1f} s{}; {} key(s) NOT copied (see the errors above; "
+          "in {:.1f} s{}{}; {} key(s) NOT copied (see the errors above; "
           "xdcr_snapshot_keys_total{{result=\"failed\"}})",
           m.p->name(), pr.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs, rebuilt,
-          c.failed);
+          spool_said, c.failed);
       continue;
     }
     spdlog::info(
         "pipeline {}: snapshot applied: {} keys, {} expired, {} failed, {} filtered, {} "
-        "bytes in {:.1f} s{}",
-        m.p->name(), pr.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs, rebuilt);
+        "bytes in {:.1f} s{}{}",
+        m.p->name(), pr.restored, c.expired, c.failed, c.filtered, pr.bytes_done, secs, rebuilt,
+        spool_said);
   }
   co_return Status{};
 }

@@ -141,6 +141,10 @@ class SourceLink final : private source::SnapshotConsumer {
    * links of the same pipelines (the shards of a Redis Cluster source), counters per link.
    */
   void updateReadLimit();
+  /** Where this link's full syncs spool (`node`: "host:port" of the session's node). */
+  source::SpoolOptions spoolOptions(const std::string& node) const;
+  /** Copies the source's spool figures into every member's SnapshotProgress (status). */
+  void updateSpool(const source::Source& source);
   /** Waits `wait` after a failed session, or less: until the link's servers answer again after
    *  one of them did not (link_probe.h). */
   net::awaitable<void> backOff(std::chrono::steady_clock::duration wait);
@@ -226,6 +230,7 @@ class SourceLink final : private source::SnapshotConsumer {
   std::chrono::steady_clock::time_point last_checkpoint_{};
   std::chrono::steady_clock::time_point last_report_{};
   std::chrono::steady_clock::time_point snapshot_started_{};
+  std::chrono::steady_clock::time_point last_spool_update_{};
   /** During a full sync of a Redis Cluster shard: the slots it owned when the snapshot began
    *  (MigrationGuard::beforeSnapshot); keys of other slots are checked one by one. */
   std::optional<std::bitset<16384>> snapshot_owned_;

@@ -1,5 +1,7 @@
 #include "source/redis_shard_source.h"
 
+#include <charconv>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -90,10 +92,23 @@ net::awaitable<Result<size_t>> RedisShardSource::data(std::string_view available
         // the source's buffer meanwhile.
         if (auto s = co_await consumer_->snapshotUnit(snapshot_unit_); !s)
           co_return fail(s.error());
+        // The link lost before the whole snapshot was in (spooled): stop applying it now.
+        if (redis_.snapshotLost()) {
+          if (auto s = co_await redis_.checkSnapshot(); !s) co_return fail(s.error());
+        }
         continue;
       }
       case rdb::ItemKind::ResizeDb:
         announced = item.db_size;
+        break;
+      case rdb::ItemKind::Aux:
+        // A diskless snapshot announces no length: the source's memory sizes its spool.
+        if (item.aux_key == "used-mem") {
+          uint64_t used = 0;
+          auto [p, ec] = std::from_chars(item.aux_value.data(),
+                                         item.aux_value.data() + item.aux_value.size(), used);
+          if (ec == std::errc() && used > 0) redis_.snapshotSizeHint(used);
+        }
         break;
       case rdb::ItemKind::Function:
         spdlog::warn(

@@ -31,6 +31,8 @@ class RedisShardSource final : public Source, private SnapshotSink {
   void setReadLimiter(std::shared_ptr<RateLimiter> limiter) {
     redis_.setReadLimiter(std::move(limiter));
   }
+  /** Full syncs spool with these options (RedisSource::setSpool); call before start(). */
+  void setSpool(SpoolOptions options) { redis_.setSpool(std::move(options)); }
 
   // Source
   net::awaitable<Result<SyncKind>> start(const Position* resume, int resume_db,
@@ -46,6 +48,8 @@ class RedisShardSource final : public Source, private SnapshotSink {
   }
   uint64_t bytesRead() const override { return redis_.bytesRead(); }
   ExpiryIndex& expiryIndex() override { return resolver_.index(); }
+  net::awaitable<Status> background() override { return redis_.background(); }
+  SpoolStats spool() const override { return redis_.spoolStats(); }
   void cancel() override { redis_.cancel(); }
   void close() override { redis_.close(); }
 

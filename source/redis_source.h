@@ -10,10 +10,22 @@
 //
 // Not thread-safe; one strand. Units returned by nextUnit() view the read buffer and stay valid
 // until the next call to nextUnit()/readMore()/consume().
+//
+// The spool (source/spool.h; setSpool(), with background() running beside the session): from a
+// full sync's snapshot header on, a pump reads the connection as fast as the link delivers into
+// a SpoolFifo, and the RDB walker, then the stream's framing (readMore/nextUnit), read from the
+// FIFO. Once the whole snapshot is in, the pump ACKs the full sync's offset every second (a
+// diskless source streams only after an ACK; an online replica must ACK within repl-timeout)
+// until the link's own ACKs take over, so the writes made meanwhile also come into the spool.
+// When the FIFO is empty after the snapshot, the pump stops after its current read and the
+// connection is read directly again (the buffer handed back as it is: no copy, no per-byte
+// cost). ACKs are written on the same connection meanwhile (one write at a time).
 
 #include <boost/asio/awaitable.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -21,8 +33,10 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/notify.h"
 #include "common/redis_conn.h"
 #include "config/config.h"
+#include "source/spool.h"
 
 namespace xdcr::source {
 
@@ -110,6 +124,7 @@ class RedisSource {
    */
   RedisSource(net::any_io_executor ex, const config::ClusterConfig& cluster, std::string label,
               std::optional<RedisEndpoint> node = std::nullopt);
+  ~RedisSource();
 
   /**
    * The node to attach to (a cluster shard's current master or replica, a Sentinel's master):
@@ -134,30 +149,106 @@ class RedisSource {
   Result<bool> nextUnit(Unit& unit);
   /** Marks `unit` consumed: the position advances to unit.offset_end. */
   void consume(const Unit& unit);
-  /** Reads more stream bytes from the socket. */
+  /** Reads more stream bytes: from the socket, or while a full sync spools from the spool. */
   net::awaitable<Status> readMore();
 
-  /** REPLCONF ACK <offset>. Only one write at a time: the caller serialises. */
+  /** REPLCONF ACK <offset> (waits for an ACK the spool's pump is writing). */
   net::awaitable<Status> sendAck(uint64_t offset);
+
+  /**
+   * Full syncs spool (the header's comment) with these options; without them, or without
+   * background() running, the snapshot is read at the consumer's pace. Before start().
+   */
+  void setSpool(SpoolOptions options) { spool_options_ = std::move(options); }
+  /**
+   * The spool's pump and the snapshot's ACKs. Run it beside the session (in parallel with what
+   * calls start() and readMore()) for the whole life of the connection: it returns only when
+   * cancelled, and must have returned before this object is destroyed.
+   */
+  net::awaitable<Status> background();
+  /** The snapshot's used-mem (its RDB aux field): a diskless snapshot's size, for the limit. */
+  void snapshotSizeHint(uint64_t used_mem);
+  SpoolStats spoolStats() const;
+  /**
+   * During a full sync that spools: fails (with the diagnosis of dropped()) once the pump has
+   * lost the link before the whole snapshot was in, so that the snapshot's consumer stops
+   * applying a snapshot that cannot complete. Otherwise succeeds at once.
+   */
+  net::awaitable<Status> checkSnapshot();
+  /** Whether checkSnapshot() would fail (cheap: for every key). */
+  bool snapshotLost() const;
 
   const Position& position() const { return pos_; }
   /** The node this source attaches to ("host:port"). */
   std::string nodeAddress() const {
     return node_ ? node_->address() : cluster_.endpoint().address();
   }
-  uint64_t bytesBuffered() const { return conn_.buffer().size(); }
+  /** Bytes received and not consumed yet (the spool's included). */
+  uint64_t bytesBuffered() const;
   uint64_t bytesRead() const { return conn_.bytesRead(); }
-  void close() { conn_.close(); }
-  void cancel() { conn_.cancel(); }
+  /** Closes the connection (a pump's read ends with it). */
+  void close();
+  /** Makes a pending readMore() return Cancelled, losing nothing (the pump goes on). */
+  void cancel();
   /** The bandwidth limit of what is read from the source (nullptr: none); at any time. */
   void setReadLimiter(std::shared_ptr<RateLimiter> limiter) {
     conn_.setRateLimits(std::move(limiter), nullptr);
   }
 
  private:
+  struct Spool;  // redis_source.cc
+  /** The source's client-output-buffer-limit for replicas (CONFIG GET at connect). */
+  struct BufferLimit {
+    uint64_t hard = 256ULL << 20;
+    uint64_t soft = 64ULL << 20;
+    uint64_t seconds = 60;
+    bool known = false;  // read from the source; otherwise Redis's default
+  };
+  /** The full sync under way: what a diagnosis of a dropped link says. */
+  struct FullSync {
+    bool active = false;   // from +FULLRESYNC until start() returns, or the spool drains
+    bool applied = false;  // the snapshot was consumed (start() returned)
+    std::chrono::steady_clock::time_point started{};
+    uint64_t offset = 0;        // the +FULLRESYNC offset
+    uint64_t total = 0;         // $<len>; 0 for $EOF:
+    uint64_t used_mem = 0;      // the RDB's used-mem aux field; 0 = not seen
+    uint64_t bytes_before = 0;  // conn_.bytesRead() where the snapshot began
+    bool spool_off = false;     // spool_limit: 0
+    // After the spool drained, what the kernel buffered during the sync is read directly: a
+    // drop found there is still the full sync's, until a read finds the link caught up.
+    std::optional<std::chrono::steady_clock::time_point> drained_at;
+    bool spool_held = false;      // the drained spool had reached its limit
+    uint64_t spooled_stream = 0;  // stream bytes the drained spool received
+  };
+
   /** COMMAND on the source: learnCommands() (command_table.h). */
   net::awaitable<Status> learnSourceCommands();
+  /** CONFIG GET client-output-buffer-limit (a refusal leaves the default). */
+  net::awaitable<void> readBufferLimit();
   net::awaitable<Status> receiveSnapshot(SnapshotSink& sink);
+  /** The buffer the snapshot's parser and the stream's framing read: the spool's, or conn_'s. */
+  ReadBuffer& in();
+  const ReadBuffer& in() const;
+  /** More bytes into in(): a read of the socket, or bytes from the spool (waiting for them). */
+  net::awaitable<Status> fill();
+  /** Puts a spool in place after the snapshot's header (when the options say so). */
+  void startSpool(bool eof, std::string mark, uint64_t len);
+  /** The pump saw `d` (after the snapshot's header): the snapshot's framing. */
+  void observe(std::string_view d);
+  /** Reads the connection into the spool until stopped or failed. */
+  net::awaitable<void> pump();
+  /** REPLCONF ACK <full sync offset> every second from the snapshot's end until the link ACKs. */
+  net::awaitable<void> snapshotAcks();
+  /** The spool is drained and its pump done: the connection is read directly again. */
+  void handoff();
+  net::awaitable<Status> writeAck(uint64_t offset);
+  /**
+   * `e` as the session's error. A link lost during a full sync (or while its spool drains) says
+   * after how much of the snapshot and how long, that the usual cause is the source's
+   * client-output-buffer-limit replica, what to raise and by how much, and what the spool did.
+   */
+  net::awaitable<Error> dropped(const Error& e);
+  SpoolStats figures(const Spool& s) const;
 
   const config::ClusterConfig& cluster_;
   std::optional<RedisEndpoint> node_;  // nullopt: the cluster's own address
@@ -165,6 +256,16 @@ class RedisSource {
   RedisConnection conn_;
   Position pos_;
   UnitFramer framer_;
+  net::any_io_executor ex_;
+  std::optional<SpoolOptions> spool_options_;
+  std::unique_ptr<Spool> spool_;  // while a full sync spools, until it drains
+  SpoolStats last_spool_;         // the figures of the last spool, once it is gone
+  Notify background_wake_;        // a spool starts
+  bool background_ = false;       // background() runs
+  bool writing_ = false;          // an ACK is being written
+  bool closed_ = false;           // close() was called
+  BufferLimit buffer_limit_;
+  FullSync sync_;
 };
 
 }  // namespace xdcr::source

@@ -74,6 +74,17 @@ class Source {
   /** The deadlines of the source's keys, kept by the resolver (checkpointed with a position). */
   virtual ExpiryIndex& expiryIndex() = 0;
 
+  /**
+   * What the source does beside the session's reads (RedisShardSource: the spool's pump during
+   * a full sync, source/spool.h). Run it in parallel with start() and the read loop for the
+   * session's whole life; it returns only when cancelled, and must have returned before the
+   * source is destroyed.
+   */
+  virtual net::awaitable<Status> background() = 0;
+  /** The spool of the current (or last) full sync. */
+  virtual SpoolStats spool() const = 0;
+
+  /** Makes a pending readMore() return Cancelled, losing nothing. */
   virtual void cancel() = 0;
   virtual void close() = 0;
 };

@@ -116,6 +116,25 @@ class SpoolFifo {
   uint64_t total_ = 0;
 };
 
+/** Where and how a full sync spools (RedisSource::setSpool). */
+struct SpoolOptions {
+  std::string dir;                // <state_dir>/spool
+  std::string name;               // the file is <dir>/<name>.spool
+  std::string cluster;            // the source cluster's name, for messages
+  std::optional<uint64_t> limit;  // its spool_limit: nullopt = derived, 0 = no spool
+};
+
+/** The spool of the current full sync (or the last one), for status and metrics. */
+struct SpoolStats {
+  bool active = false;        // in place now: the source is read into it
+  uint64_t bytes = 0;         // held now (memory + disk)
+  uint64_t on_disk = 0;       // of those, in the file
+  uint64_t peak = 0;          // the most held at once (this full sync's, or the last one's)
+  uint64_t peak_on_disk = 0;  // the most in the file at once
+  uint64_t limit = 0;         // this (or the last) full sync's limit; 0 = no spool
+  bool at_limit = false;      // reading waits for the targets now (the limit is reached)
+};
+
 /** A filesystem's space (statvfs), for the default limit. */
 struct DiskSpace {
   uint64_t free = 0;   // available to this (unprivileged) process
