@@ -148,6 +148,9 @@ constexpr size_t idx(E e) {
   GAUGE(lag_seconds, "xdcr_replication_lag_seconds", "lag_seconds", "Replication lag.")            \
   GAUGE(backlog_bytes, "xdcr_backlog_bytes", "backlog_bytes",                                      \
         "Source offset minus applied offset.")                                                     \
+  GAUGE(spool_bytes, "xdcr_spool_bytes", "",                                                       \
+        "Bytes a full sync holds in the agent's spool (memory and <state_dir>/spool) until its "   \
+        "targets take them; 0 without a full sync spooling.")                                      \
   GAUGE(expiry_index_entries, "xdcr_expiry_index_entries", "",                                     \
         "Source deadlines and tombstones the expiry index holds.")                                 \
   GAUGE(expiry_index_bytes, "xdcr_expiry_index_bytes", "", "Memory of the expiry index's tables.") \

@@ -23,6 +23,7 @@ struct PipelineMetrics {
   const PipelineStats* stats = nullptr;
   double lag_seconds = 0;
   uint64_t backlog_bytes = 0;
+  uint64_t spool_bytes = 0;  // held in a full sync's spool (source/spool.h)
   bool paused = false;
   std::string paused_reason;
   const clock::PipelineSkew* skew = nullptr;  // null or !measured: no skew samples

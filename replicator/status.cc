@@ -17,6 +17,7 @@ PipelineMetrics metricsOf(const Pipeline& p) {
   m.stats = &p.stats();
   m.lag_seconds = p.lagSeconds();
   m.backlog_bytes = p.backlogBytes();
+  m.spool_bytes = p.snapshotProgress().spooled_bytes;
   m.expiry_index_entries = p.expiryIndex().size();
   m.expiry_index_bytes = p.expiryIndex().memoryBytes();
   m.checkpoint_journal_bytes = p.checkpointJournalBytes();
@@ -95,6 +96,12 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
                        {"bytes_total", fs.bytes_total}, {"restored", fs.restored},
                        {"rebuilt", fs.rebuilt},         {"expired", fs.expired},
                        {"failed", fs.failed},           {"seconds", fs.seconds}};
+    // The spool of this full sync (or of the last one once drained; source/spool.h).
+    pj["full_sync"].update({{"spooling", fs.spooling},
+                            {"spooled_bytes", fs.spooled_bytes},
+                            {"spool_on_disk_bytes", fs.spool_on_disk_bytes},
+                            {"spool_peak_bytes", fs.spool_peak_bytes},
+                            {"spool_limit", fs.spool_limit}});
     pj["clock"] = pipelineSkewJson(p->skew(), p->compensationMs());
     pj["last_error"] = p->lastError();
     return pj;

@@ -195,6 +195,19 @@ TEST(MetricsTable, BandwidthIsALimitGaugeAndAThrottledCounterByDirection) {
       << text;
 }
 
+TEST(MetricsTable, TheSpoolIsAGauge) {
+  PipelineStats stats;
+  PipelineMetrics pm;
+  pm.name = "east-to-west";
+  pm.stats = &stats;
+  pm.spool_bytes = 123'456'789;
+  const std::string text = renderMetrics({pm});
+  EXPECT_NE(text.find("# TYPE xdcr_spool_bytes gauge\n"
+                      "xdcr_spool_bytes{pipeline=\"east-to-west\"} 123456789\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
   PipelineStats stats;
   stats.link_detachments = 2;
