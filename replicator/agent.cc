@@ -29,9 +29,9 @@
 #include "replicator/preflight.h"
 #include "replicator/source_link.h"
 #include "replicator/state_lock.h"
-#include "source/spool.h"
 #include "replicator/status.h"
 #include "replicator/workers.h"
+#include "source/spool.h"
 
 namespace xdcr::replicator {
 namespace {

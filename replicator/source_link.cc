@@ -333,17 +333,16 @@ net::awaitable<void> SourceLink::backOff(std::chrono::steady_clock::duration wai
     if (!up) {
       saw_down = true;
     } else if (saw_down) {
-      spdlog::info("{}: the link answers again: reconnecting now ({} ms into the backoff)",
-                   label(),
-                   std::chrono::duration_cast<std::chrono::milliseconds>(clock_.monotonicNow() -
-                                                                         start)
-                       .count());
+      spdlog::info(
+          "{}: the link answers again: reconnecting now ({} ms into the backoff)", label(),
+          std::chrono::duration_cast<std::chrono::milliseconds>(clock_.monotonicNow() - start)
+              .count());
       co_return;
     }
     const auto now = clock_.monotonicNow();
     if (now >= deadline) break;
-    co_await stop_wake_.waitFor(std::min<std::chrono::steady_clock::duration>(
-        deadline - now, limits_.link_probe_period));
+    co_await stop_wake_.waitFor(
+        std::min<std::chrono::steady_clock::duration>(deadline - now, limits_.link_probe_period));
   }
 }
 
