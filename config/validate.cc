@@ -278,8 +278,10 @@ void checkSourceLinkTimeouts(const ParsedConfig& parsed, Diagnostics& diags) {
         cluster->link_timeout > kDefaultPingPeriod) {
       continue;
     }
-    const bool read = std::any_of(parsed.config.pipelines.begin(), parsed.config.pipelines.end(),
-                                  [&](const PipelineConfig& p) { return p.source == name; });
+    const std::string& cluster_name = name;  // (clang 14 cannot capture a binding)
+    const bool read =
+        std::any_of(parsed.config.pipelines.begin(), parsed.config.pipelines.end(),
+                    [&](const PipelineConfig& p) { return p.source == cluster_name; });
     if (!read) continue;
     diags.warning(info.link_timeout,
                   fmt::format("link_timeout of cluster {} is not longer than 10 s, the default "
