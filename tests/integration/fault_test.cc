@@ -153,25 +153,9 @@ class FaultTest : public ::testing::Test {
 
   /** Waits until the agent has acknowledged the source's whole stream (load stopped). */
   ::testing::AssertionResult waitCaughtUp(std::chrono::milliseconds t = 60s) {
-    int64_t master = -1, acked = -1;
-    const bool ok = waitUntil(
-        [&] {
-          try {
-            RespClient c = source_.client();
-            auto info = c.info("replication");
-            master = std::stoll(info["master_repl_offset"]);
-            auto r = replicasOf(info);
-            acked = r.empty() ? -1 : r.front().offset;
-            return !r.empty() && r.front().state == "online" && acked == master;
-          } catch (const std::exception&) {
-            return false;
-          }
-        },
-        t, 100ms);
-    if (ok) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "agent acknowledged " << acked << " of " << master
-                                         << "; " << agent_->describeState() << "\n"
-                                         << agent_->logTail();
+    auto r = waitAgentAcknowledgedAll(source_, t);
+    if (!r) r << "; " << agent_->describeState() << "\n" << agent_->logTail();
+    return r;
   }
 
   AgentCommandResult verify() {

@@ -204,23 +204,7 @@ class SpoolTest : public ::testing::Test {
 
   /** Waits until the agent has acknowledged the source's whole stream. */
   ::testing::AssertionResult waitCaughtUp(RedisServer& source, std::chrono::milliseconds t) {
-    int64_t master = -1, acked = -1;
-    const bool ok = waitUntil(
-        [&] {
-          try {
-            RespClient c = source.client(5s);
-            auto info = c.info("replication");
-            master = std::stoll(info["master_repl_offset"]);
-            auto r = replicasOf(info);
-            acked = r.empty() ? -1 : r.front().offset;
-            return !r.empty() && r.front().state == "online" && acked == master;
-          } catch (const std::exception&) {
-            return false;
-          }
-        },
-        t, 200ms);
-    if (ok) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "agent acknowledged " << acked << " of " << master;
+    return waitAgentAcknowledgedAll(source, t, 200ms);
   }
 
   TempDir dir_{"xdcr-spool"};

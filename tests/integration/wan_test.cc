@@ -131,25 +131,9 @@ class WanTest : public ::testing::Test {
 
   /** Waits until the agent acknowledged the source's whole stream (the load has stopped). */
   ::testing::AssertionResult waitCaughtUp(std::chrono::milliseconds t = 90s) {
-    int64_t master = -1, acked = -1;
-    const bool ok = waitUntil(
-        [&] {
-          try {
-            RespClient c = source_->client();
-            auto info = c.info("replication");
-            master = std::stoll(info["master_repl_offset"]);
-            auto r = replicasOf(info);
-            acked = r.empty() ? -1 : r.front().offset;
-            return !r.empty() && r.front().state == "online" && acked == master;
-          } catch (const std::exception&) {
-            return false;
-          }
-        },
-        t, 100ms);
-    if (ok) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "agent acknowledged " << acked << " of " << master
-                                         << "; " << agent_->describeState() << "\n"
-                                         << agent_->logTail();
+    auto r = waitAgentAcknowledgedAll(*source_, t);
+    if (!r) r << "; " << agent_->describeState() << "\n" << agent_->logTail();
+    return r;
   }
 
   /** Stops the load, waits for the agent, and compares both sides three ways. */

@@ -77,6 +77,32 @@ bool waitReplicaCaughtUp(const RedisServer& master, const RedisServer& replica,
       timeout, std::chrono::milliseconds(10));
 }
 
+::testing::AssertionResult waitAgentAcknowledgedAll(const RedisServer& source,
+                                                    std::chrono::milliseconds timeout,
+                                                    std::chrono::milliseconds poll) {
+  int64_t master = -1, acked = -1;
+  std::string state = "not listed";
+  const bool ok = waitUntil(
+      [&] {
+        try {
+          RespClient c = source.client(std::chrono::seconds(5));
+          auto info = c.info("replication");
+          master = std::stoll(info["master_repl_offset"]);
+          auto r = replicasOf(info);
+          acked = r.empty() ? -1 : r.front().offset;
+          state = r.empty() ? "not listed" : r.front().state;
+          return !r.empty() && r.front().state == "online" && acked == master;
+        } catch (const std::exception&) {
+          return false;  // not answering: not yet
+        }
+      },
+      timeout, poll);
+  if (ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "the agent (replica state " << state << ") acknowledged " << acked
+         << " of the source's " << master << " bytes of stream";
+}
+
 RedisServer::RedisServer(std::vector<std::string> extra_args,
                          std::chrono::milliseconds start_timeout)
     : dir_("xdcr-redis"), extra_args_(std::move(extra_args)), start_timeout_(start_timeout) {

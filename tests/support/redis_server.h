@@ -2,6 +2,7 @@
 // A real redis-server (Debian's, from PATH, or another server binary: the server matrix's
 // wrappers, tests/support/server_matrix.h) on 127.0.0.1 with its own temporary directory.
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -42,6 +43,15 @@ class RedisServer;
  */
 bool waitReplicaCaughtUp(const RedisServer& master, const RedisServer& replica,
                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+/**
+ * Waits (bounded, polling every `poll`) until the first replica `source` lists — the agent — is
+ * online and has acknowledged the source's whole stream (its offset equals master_repl_offset,
+ * both read in one INFO): the load must have stopped. The failure says how far it got.
+ */
+::testing::AssertionResult waitAgentAcknowledgedAll(
+    const RedisServer& source, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds poll = std::chrono::milliseconds(100));
 
 /** TLS for a test server (see RedisServer::startTls). */
 struct RedisTls {
