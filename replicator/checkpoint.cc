@@ -84,6 +84,10 @@ CheckpointStore::CheckpointStore(std::string state_dir, std::string pipeline)
   journal_path_ = (std::filesystem::path(dir_) / (pipeline_ + ".journal")).string();
 }
 
+std::string CheckpointStore::fullSyncKeysPath() const {
+  return (std::filesystem::path(dir_) / (pipeline_ + ".fullsync-keys")).string();
+}
+
 CheckpointStore::~CheckpointStore() {
   closeJournal();
 }

@@ -84,6 +84,9 @@ class CheckpointStore {
   uint64_t journalBytes() const { return journal_bytes_; }
   const std::string& path() const { return path_; }
   const std::string& journalPath() const { return journal_path_; }
+  /** The record of the keys a full sync wrote (target::FullSyncJournal): kept by remove(),
+   *  which a full sync's start calls, and deleted once the checkpoint after it is written. */
+  std::string fullSyncKeysPath() const;
 
   ~CheckpointStore();
   CheckpointStore(const CheckpointStore&) = delete;

@@ -166,6 +166,7 @@ std::unique_ptr<target::Sink> Pipeline::makeSink(const clock::Clock& clock) {
         std::make_unique<target::RedisSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
                                             policy_, target_clock_, clock, limits_, stats_);
     single->setWriteLimiter(write_limiter_);
+    single->setFullSyncJournal(store_.fullSyncKeysPath());
     sink = std::move(single);
   }
   sink->setCompensationMs(compensation_ms_);

@@ -711,8 +711,9 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
   arrivals_.clear();
   if (*kind == source::SyncKind::Full) {
     for (auto& m : members_) {
-      if (m.gone || !m.p->config().delete_stale_keys) continue;
-      // Before the stream resumes, so nothing written after the snapshot can look stale.
+      if (m.gone) continue;
+      // Before the stream resumes, so nothing written after the snapshot can look stale: the
+      // key space (full_sync.delete_stale_keys), or what an interrupted full sync wrote.
       auto deleted = co_await m.sink->deleteStaleKeys(at);
       if (!deleted) co_return fail(deleted.error());
       m.p->mutableStats().stale_keys_deleted += *deleted;
@@ -724,6 +725,11 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
       if (!m.gone) all.push_back(&m);
     }
     if (auto c = co_await checkpointAfterMarker(source, all); !c) co_return c;
+    for (Member* m : all) {
+      // Only once the checkpoint is written: until then a restart syncs again and must sweep.
+      if (m->gone) continue;
+      if (auto s = m->sink->endFullSync(); !s) co_return s;
+    }
   }
   for (auto& m : members_) {
     if (m.gone) continue;
@@ -1275,7 +1281,7 @@ net::awaitable<Status> SourceLink::beginSnapshot(const source::Position& at, uin
     if (m.gone) continue;
     m.pending.reset();
     if (auto s = m.p->beginFullSync(); !s) co_return s;
-    m.sink->beginSnapshot(m.p->config().delete_stale_keys);
+    if (auto s = m.sink->beginSnapshot(m.p->config().delete_stale_keys); !s) co_return s;
     SnapshotProgress& pr = m.p->mutableProgress();
     pr = SnapshotProgress{};
     pr.active = true;

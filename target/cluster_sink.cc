@@ -476,12 +476,14 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
   target_.commitUnit(offset);
 }
 
-void ClusterSink::beginSnapshot(bool /*record_keys*/) {
+Status ClusterSink::beginSnapshot(bool /*record_keys*/) {
   counts_ = SnapshotCounts{};
   std::fill(slot_skip_.begin(), slot_skip_.end(), 0);
+  return Status{};
 }
 
 net::awaitable<Result<uint64_t>> ClusterSink::deleteStaleKeys(uint64_t /*offset*/) {
+  if (!pipeline_.delete_stale_keys) co_return uint64_t{0};
   co_return fail(Error::refused(fmt::format(
       "pipeline {}: full_sync.delete_stale_keys is not supported on a Redis Cluster target yet; "
       "remove it from the pipeline",

@@ -72,9 +72,10 @@ class ClusterSink final : public Sink {
   size_t groupUnits() const override { return 0; }
   void appendMarker(std::string_view token, uint64_t offset) override;
   void resetOffset(uint64_t offset) override { target_.resetOffset(offset); }
-  void beginSnapshot(bool record_keys) override;
+  Status beginSnapshot(bool record_keys) override;
   const SnapshotCounts& snapshotCounts() const override { return counts_; }
   net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) override;
+  Status endFullSync() override { return Status{}; }
   void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> skips) override;
   void capSlotReplaySkip(uint64_t offset) override {
     for (auto& s : slot_skip_) s = std::min(s, offset);

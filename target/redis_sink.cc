@@ -179,10 +179,29 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
   }
 }
 
-void RedisSink::beginSnapshot(bool record_keys) {
+void RedisSink::setFullSyncJournal(std::string path) {
+  journal_ = std::make_unique<FullSyncJournal>(std::move(path));
+  // Before every send: a key is on record before the target can hold it.
+  target_.setBeforeSend([this] { return journal_->flush(); });
+}
+
+Status RedisSink::beginSnapshot(bool record_keys) {
   counts_ = SnapshotCounts{};
-  record_keys_ = record_keys;
   snapshot_keys_.clear();
+  interrupted_keys_.clear();
+  if (journal_) {
+    if (auto s = journal_->load(interrupted_keys_); !s) return s;
+    interrupted_keys_.seal();
+    if (interrupted_keys_.size() > 0) {
+      spdlog::warn(
+          "pipeline {}: an earlier full sync into {} was interrupted before its checkpoint; "
+          "after this snapshot the {} key(s) it wrote that the snapshot does not hold are "
+          "deleted ({})",
+          pipeline_.name, target_cluster_.name, interrupted_keys_.size(), journal_->path());
+    }
+  }
+  record_keys_ = record_keys || interrupted_keys_.size() > 0;
+  return Status{};
 }
 
 void RedisSink::applySnapshotKey(const source::Change& c) {
@@ -194,6 +213,7 @@ void RedisSink::applySnapshotKey(const source::Change& c) {
     return;
   }
   if (record_keys_) snapshot_keys_.add(ev.db, ev.key);
+  if (journal_) journal_->add(ev.db, ev.key);
   applier_.beginUnit(false);
   applier_.apply(judged_);
   // The whole snapshot stands at the FULLRESYNC offset: acknowledging it moves nothing.
@@ -246,18 +266,32 @@ void RedisSink::snapshotKeyRefused(const std::string& key, int db, const std::st
 }
 
 net::awaitable<Result<uint64_t>> RedisSink::deleteStaleKeys(uint64_t offset) {
+  if (!record_keys_) co_return uint64_t{0};
   snapshot_keys_.seal();
+  // full_sync.delete_stale_keys sweeps the whole key space; otherwise only what an interrupted
+  // full sync wrote.
+  const SnapshotKeys* only = pipeline_.delete_stale_keys ? nullptr : &interrupted_keys_;
   auto deleted = co_await target::deleteStaleKeys(label_, target_cluster_, filter_.keySpace(),
-                                                  snapshot_keys_, applier_, target_, offset);
-  if (deleted) {
+                                                  snapshot_keys_, only, applier_, target_, offset);
+  if (deleted && only == nullptr) {
     spdlog::info(
         "pipeline {}: full_sync.delete_stale_keys: deleted {} target key(s) the snapshot "
         "of {} key(s) did not hold",
         pipeline_.name, *deleted, snapshot_keys_.size());
+  } else if (deleted) {
+    spdlog::info(
+        "pipeline {}: deleted {} target key(s) an interrupted full sync had written that the "
+        "snapshot of {} key(s) did not hold",
+        pipeline_.name, *deleted, snapshot_keys_.size());
   }
   snapshot_keys_.clear();
+  interrupted_keys_.clear();
   record_keys_ = false;
   co_return deleted;
+}
+
+Status RedisSink::endFullSync() {
+  return journal_ ? journal_->remove() : Status{};
 }
 
 }  // namespace xdcr::target

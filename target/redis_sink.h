@@ -2,6 +2,7 @@
 // The Sink of a standalone Redis target: the pipeline's EventFilter, the Applier (clamp and
 // encoding), the pipelined RedisTarget, the marker and the replay stamp.
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -38,6 +39,9 @@ class RedisSink final : public Sink {
   void setWriteLimiter(std::shared_ptr<RateLimiter> limiter) {
     target_.setWriteLimiter(std::move(limiter));
   }
+  /** Where the keys a full sync writes are recorded until its checkpoint (FullSyncJournal);
+   *  before connect(). Without it an interrupted full sync's keys are not swept. */
+  void setFullSyncJournal(std::string path);
 
   // Sink
   /** Connects, and tells the applier what the target server can take (Applier::setTarget). */
@@ -51,9 +55,10 @@ class RedisSink final : public Sink {
   size_t groupUnits() const override { return group_units_; }
   void appendMarker(std::string_view token, uint64_t offset) override;
   void resetOffset(uint64_t offset) override { target_.resetOffset(offset); }
-  void beginSnapshot(bool record_keys) override;
+  Status beginSnapshot(bool record_keys) override;
   const SnapshotCounts& snapshotCounts() const override { return counts_; }
   net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) override;
+  Status endFullSync() override;
   void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }
   bool drained() const override { return target_.drained(); }
@@ -91,6 +96,8 @@ class RedisSink final : public Sink {
   SnapshotCounts counts_;
   bool record_keys_ = false;
   SnapshotKeys snapshot_keys_;
+  std::unique_ptr<FullSyncJournal> journal_;  // nullptr: none (setFullSyncJournal)
+  SnapshotKeys interrupted_keys_;  // what interrupted full syncs wrote (FullSyncJournal::load)
   LogRateLimiter fail_log_;
   LogRateLimiter conflict_log_;
 };

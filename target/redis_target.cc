@@ -123,6 +123,9 @@ net::awaitable<Status> RedisTarget::runWriter() {
       if (closing_) co_return Status{};
       co_await writer_wake_.wait();
     }
+    if (before_send_) {
+      if (auto s = before_send_(); !s) co_return s;
+    }
     // Double buffering: the applier keeps appending to pending_ while writing_ is on the wire.
     std::swap(pending_, writing_);
     auto r = co_await conn_.writeAll(writing_);

@@ -63,6 +63,10 @@ class RedisTarget {
     conn_.setRateLimits(nullptr, std::move(limiter));
   }
 
+  /** Called before each send (an error ends the session unsent): a full sync's key record is
+   *  written before the keys are (FullSyncJournal). */
+  void setBeforeSend(std::function<Status()> fn) { before_send_ = std::move(fn); }
+
   /** Where the applier appends commands. Call commit() after appending. */
   std::string& pending() { return pending_; }
   /**
@@ -128,6 +132,7 @@ class RedisTarget {
   PipelineStats& stats_;
   std::string pending_;
   std::string writing_;
+  std::function<Status()> before_send_;
   uint64_t sent_seq_ = 0;     // commands appended
   uint64_t replied_seq_ = 0;  // replies received
   struct Mark {

@@ -95,14 +95,19 @@ class Sink {
   /** Sets the acknowledged offset with nothing in flight (after a handshake). */
   virtual void resetOffset(uint64_t offset) = 0;
 
-  /** A full sync starts: counts from zero; `record_keys`: remember them for the stale sweep. */
-  virtual void beginSnapshot(bool record_keys) = 0;
+  /** A full sync starts: counts from zero; `record_keys` (full_sync.delete_stale_keys):
+   *  remember them for the stale sweep. Reads what an interrupted full sync left written. */
+  virtual Status beginSnapshot(bool record_keys) = 0;
   virtual const SnapshotCounts& snapshotCounts() const = 0;
   /**
-   * full_sync.delete_stale_keys, after the snapshot: deletes the target keys of the key space the
-   * snapshot lacked, in order after its writes; returns how many once all is acknowledged.
+   * After the snapshot, before the stream: deletes the target keys of the key space the snapshot
+   * lacked (full_sync.delete_stale_keys), or of those only the ones an interrupted full sync had
+   * written (target/stale_sweep.h), in order after its writes; returns how many once all is
+   * acknowledged (0 without a sweep).
    */
   virtual net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) = 0;
+  /** The checkpoint after the snapshot is written: a later full sync has nothing to sweep. */
+  virtual Status endFullSync() = 0;
   /** The per-slot part of a replay skip (Pipeline::checkMarkers); a sink of one node has none. */
   virtual void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> /*skips*/) {}
   /** No per-slot skip beyond `offset` (a source failover's fork: past it the offsets are the new

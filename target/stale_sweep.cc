@@ -2,7 +2,13 @@
 
 #include <boost/asio/this_coro.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
@@ -17,9 +23,11 @@ namespace {
 constexpr auto kTimeout = std::chrono::seconds(10);
 constexpr uint64_t kMaxInflight = 50'000;
 
+}  // namespace
+
 // The db goes into the hashed bytes, not into XXH3's seed: for inputs of 1–3 bytes the seed
 // combines with the input almost linearly ("k:2" in db 2 and "k:3" in db 1 collide).
-uint64_t hashOf(int db, std::string_view key) {
+uint64_t SnapshotKeys::hashOf(int db, std::string_view key) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   const uint32_t d = static_cast<uint32_t>(db);
@@ -27,8 +35,6 @@ uint64_t hashOf(int db, std::string_view key) {
   XXH3_64bits_update(&state, key.data(), key.size());
   return XXH3_64bits_digest(&state);
 }
-
-}  // namespace
 
 void SnapshotKeys::add(int db, std::string_view key) {
   hashes_.push_back(hashOf(db, key));
@@ -42,10 +48,91 @@ bool SnapshotKeys::contains(int db, std::string_view key) const {
   return std::binary_search(hashes_.begin(), hashes_.end(), hashOf(db, key));
 }
 
+FullSyncJournal::~FullSyncJournal() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status FullSyncJournal::load(SnapshotKeys& into) const {
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status{};
+    return fail(Error::io(fmt::format("cannot read {}: {}", path_, std::strerror(errno))));
+  }
+  std::vector<uint64_t> chunk(8192);
+  size_t carry = 0;  // bytes of a record split across reads
+  for (;;) {
+    const ssize_t n = ::read(fd, reinterpret_cast<char*>(chunk.data()) + carry,
+                             chunk.size() * sizeof(uint64_t) - carry);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return fail(Error::io(fmt::format("cannot read {}: {}", path_, std::strerror(err))));
+    }
+    const size_t have = carry + static_cast<size_t>(n);
+    const size_t whole = have / sizeof(uint64_t);
+    for (size_t i = 0; i < whole; ++i) into.addHash(chunk[i]);
+    carry = have % sizeof(uint64_t);
+    if (carry > 0) {
+      std::memmove(chunk.data(), reinterpret_cast<char*>(chunk.data()) + whole * sizeof(uint64_t),
+                   carry);
+    }
+    if (n == 0) break;  // a torn last record (carry) is left out
+  }
+  ::close(fd);
+  return Status{};
+}
+
+Status FullSyncJournal::flush() {
+  if (buffer_.empty()) return Status{};
+  auto failed = [&](const char* what) {
+    return fail(Error::io(fmt::format(
+        "cannot {} {}, the record of the keys this full sync writes to the target: {}; the "
+        "target is not written until it can (free space in agent.state_dir)",
+        what, path_, std::strerror(errno))));
+  };
+  if (fd_ < 0) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd_ < 0) return failed("create");
+    // A record torn by a crash in an earlier write: cut it, or every record after it would be
+    // read shifted.
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return failed("read the size of");
+    const auto torn = static_cast<uint64_t>(st.st_size) % sizeof(uint64_t);
+    if (torn != 0 && ::ftruncate(fd_, st.st_size - static_cast<off_t>(torn)) != 0) {
+      return failed("truncate");
+    }
+  }
+  const char* p = reinterpret_cast<const char*>(buffer_.data());
+  size_t left = buffer_.size() * sizeof(uint64_t);
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return failed("write to");
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  buffer_.clear();
+  return Status{};
+}
+
+Status FullSyncJournal::remove() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  buffer_.clear();
+  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
+    return fail(Error::io(fmt::format("cannot delete {}: {}", path_, std::strerror(errno))));
+  }
+  return Status{};
+}
+
 net::awaitable<Result<uint64_t>> deleteStaleKeys(std::string_view label,
                                                  const config::ClusterConfig& target_cluster,
                                                  const filters::KeySpace& space,
-                                                 const SnapshotKeys& snapshot, Applier& applier,
+                                                 const SnapshotKeys& snapshot,
+                                                 const SnapshotKeys* only, Applier& applier,
                                                  RedisTarget& target, uint64_t offset) {
   RedisConnection conn(co_await net::this_coro::executor, fmt::format("{} stale-key scan", label));
   // The writer's node (a Sentinel-managed target's master as discovered): TCP, TLS, AUTH.
@@ -67,6 +154,7 @@ net::awaitable<Result<uint64_t>> deleteStaleKeys(std::string_view label,
         if (isMarkerKey(tkey)) continue;
         const std::string skey = space.unrewrite(tkey);
         if (!space.keyPasses(skey) || snapshot.contains(sdb, skey)) continue;
+        if (only != nullptr && !only->contains(sdb, skey)) continue;
         applier.appendDelete(tdb, tkey);
         ++deleted;
       }

@@ -12,6 +12,13 @@
 // it meanwhile), so no key written after the snapshot can be taken for stale. It needs 8 bytes a
 // snapshot key (a sorted vector of 64-bit hashes; a collision keeps a stale key, never deletes a
 // live one).
+//
+// Without delete_stale_keys the sweep still runs after a full sync that follows an interrupted
+// one (the agent crashed or its session ended before the checkpoint after the snapshot): the
+// target then holds keys of the interrupted snapshot, and those the new snapshot lacks (deleted
+// on the source meanwhile) would be stale copies a later RPUSH or HSET merges into. Only the
+// keys the interrupted full sync wrote are deleted (FullSyncJournal): what a native replica
+// flushes, no more.
 
 #include <boost/asio/awaitable.hpp>
 
@@ -39,21 +46,59 @@ class SnapshotKeys {
     hashes_.clear();
     hashes_.shrink_to_fit();
   }
+  /** The hash add() records for (db, key). */
+  static uint64_t hashOf(int db, std::string_view key);
+  void addHash(uint64_t hash) { hashes_.push_back(hash); }
 
  private:
   std::vector<uint64_t> hashes_;
 };
 
 /**
+ * The keys a full sync has written to the target, as SnapshotKeys hashes in a file of the state
+ * directory (`<instance>.fullsync-keys`), from the snapshot's first key until the checkpoint
+ * after it. add() buffers; flush() appends the buffer, and the target's writer calls it before
+ * every send (RedisTarget::setBeforeSend), so a key reaches the file before the target: after a
+ * crash (SIGKILL; the page cache keeps the file) the file holds every key the interrupted full
+ * syncs wrote. The next full sync reads it (load) and appends to it; the checkpoint after its
+ * snapshot removes it.
+ */
+class FullSyncJournal {
+ public:
+  explicit FullSyncJournal(std::string path) : path_(std::move(path)) {}
+  ~FullSyncJournal();
+  FullSyncJournal(const FullSyncJournal&) = delete;
+  FullSyncJournal& operator=(const FullSyncJournal&) = delete;
+
+  /** Adds the file's hashes (none when there is no file) to `into`; a torn last record is
+   *  ignored. */
+  Status load(SnapshotKeys& into) const;
+  void add(int db, std::string_view key) { buffer_.push_back(SnapshotKeys::hashOf(db, key)); }
+  /** Appends what add() buffered. An error names the file and says what to do: the target must
+   *  not be written meanwhile. */
+  Status flush();
+  /** Deletes the file: the full sync is checkpointed. No file is not an error. */
+  Status remove();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<uint64_t> buffer_;
+  int fd_ = -1;
+};
+
+/**
  * Scans the target's dbs of the pipeline (on a connection of its own, to the writer's node) and
  * deletes, through the target's pipelined writer (in order after the snapshot's writes), every
- * key of the pipeline's key space that `snapshot` lacks. The agent's marker keys are left alone.
- * Returns how many keys were deleted once the target has acknowledged all of it.
+ * key of the pipeline's key space that `snapshot` lacks and, when `only` is given, `only` holds.
+ * The agent's marker keys are left alone. Returns how many keys were deleted once the target has
+ * acknowledged all of it.
  */
 net::awaitable<Result<uint64_t>> deleteStaleKeys(std::string_view label,
                                                  const config::ClusterConfig& target_cluster,
                                                  const filters::KeySpace& keys,
-                                                 const SnapshotKeys& snapshot, Applier& applier,
+                                                 const SnapshotKeys& snapshot,
+                                                 const SnapshotKeys* only, Applier& applier,
                                                  RedisTarget& target, uint64_t offset);
 
 }  // namespace xdcr::target

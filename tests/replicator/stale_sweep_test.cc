@@ -1,6 +1,11 @@
-// The snapshot key set of full_sync.delete_stale_keys, and its config key.
+// The snapshot key set of full_sync.delete_stale_keys, its config key, and the record of the
+// keys a full sync wrote (FullSyncJournal).
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "config/config.h"
 #include "target/stale_sweep.h"
@@ -38,6 +43,71 @@ TEST(SnapshotKeys, ConfigKeyDefaultsOffAndIsValidated) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.diagnostics.at(0).format().find("delete_stale"), std::string::npos)
       << bad.diagnostics.at(0).format();
+}
+
+// The record of the keys a full sync wrote (FullSyncJournal): what one process appended, the
+// next reads back, across a crash that tore the last record.
+class FullSyncJournalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "xdcr-fsj-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/p.fullsync-keys";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_, path_;
+};
+
+TEST_F(FullSyncJournalTest, WhatOneRunFlushedTheNextLoadsAndAppendsTo) {
+  {
+    FullSyncJournal first(path_);
+    for (int i = 0; i < 10'000; ++i) first.add(i % 2, "k:" + std::to_string(i));
+    ASSERT_TRUE(first.flush().has_value());
+    first.add(0, "buffered-only");  // never flushed: the crash lost it, and no target saw it
+  }
+  // A crash in the middle of a write: half a record at the end.
+  {
+    std::ofstream torn(path_, std::ios::binary | std::ios::app);
+    torn.write("abcd", 4);
+  }
+  FullSyncJournal second(path_);
+  SnapshotKeys loaded;
+  ASSERT_TRUE(second.load(loaded).has_value());
+  loaded.seal();
+  EXPECT_EQ(loaded.size(), 10'000u);
+  EXPECT_TRUE(loaded.contains(1, "k:9999"));
+  EXPECT_FALSE(loaded.contains(0, "k:9999"));
+  EXPECT_FALSE(loaded.contains(0, "buffered-only"));
+
+  // Appending cuts the torn record first, so nothing after it is read shifted.
+  second.add(3, "after");
+  ASSERT_TRUE(second.flush().has_value());
+  EXPECT_EQ(std::filesystem::file_size(path_), 10'001u * 8);
+  SnapshotKeys again;
+  ASSERT_TRUE(FullSyncJournal(path_).load(again).has_value());
+  again.seal();
+  EXPECT_EQ(again.size(), 10'001u);
+  EXPECT_TRUE(again.contains(3, "after"));
+  EXPECT_TRUE(again.contains(0, "k:0"));
+
+  ASSERT_TRUE(second.remove().has_value());
+  EXPECT_FALSE(std::filesystem::exists(path_));
+  SnapshotKeys none;
+  ASSERT_TRUE(FullSyncJournal(path_).load(none).has_value());  // no file: nothing, no error
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_TRUE(second.remove().has_value());  // removing twice is not an error
+}
+
+TEST_F(FullSyncJournalTest, AFlushThatCannotWriteSaysWhichFileAndWhatToDo) {
+  // A directory where the file should be: open() fails for root too (EISDIR).
+  ASSERT_TRUE(std::filesystem::create_directory(path_));
+  FullSyncJournal journal(path_);
+  journal.add(0, "k");
+  const Status s = journal.flush();
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find(path_), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("not written until"), std::string::npos) << s.error().message;
 }
 
 }  // namespace
