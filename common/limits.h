@@ -73,6 +73,25 @@ struct Limits {
   Duration progress_report = std::chrono::seconds(5);
 };
 
+/** The fixed bounds of a full sync's spool (issue 17; source/spool.h, source/redis_source.cc). */
+namespace spool_limits {
+using namespace std::chrono_literals;
+
+/** What the spool holds in memory before it writes to its file. */
+inline constexpr size_t kMemoryBytes = 32u << 20;
+/** The most one read of the stream takes from the spool into the parser's buffer. */
+inline constexpr size_t kTakeBytes = 1u << 20;
+/** The snapshot's ACKs to the source until the link's own begin: as Limits' ACK period (every
+ *  100 ms in the first 3 s after the snapshot's end, then every second). */
+inline constexpr auto kAckPeriod = 1s;
+inline constexpr auto kAckPeriodEarly = 100ms;
+inline constexpr auto kAckEarlyPhase = 3s;
+/** After the spool has drained, the full sync counts as over at the first small read, or after
+ *  this long at the latest. */
+inline constexpr auto kCaughtUpAfter = 60s;
+
+}  // namespace spool_limits
+
 /** The fixed bounds of the Redis Cluster source and target (issue 15), in one place. */
 namespace cluster_limits {
 using namespace std::chrono_literals;

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/limits.h"
 #include "source/command_table.h"
 
 namespace xdcr::source {
@@ -27,9 +28,6 @@ constexpr auto kSyncTimeout = std::chrono::seconds(60);
 constexpr size_t kEofMarkLength = 40;
 // The replica version announced to a Valkey source (REPLCONF version): 9.0.0 reads RDB 80.
 constexpr const char* kAnnouncedVersion = "9.0.0";
-
-// The most a fill() moves from the spool into the parser's buffer at once.
-constexpr size_t kSpoolTakeBytes = 1 << 20;
 
 bool parseU64(std::string_view s, uint64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -556,7 +554,7 @@ net::awaitable<void> RedisSource::pump() {
 net::awaitable<void> RedisSource::snapshotAcks() {
   Spool& s = *spool_;
   while (!s.pump_done && !s.link_acks) {
-    auto period = std::chrono::milliseconds(1000);
+    Limits::Duration period = spool_limits::kAckPeriod;
     if (s.rdb_complete) {
       // The whole snapshot is in: a diskless source streams only after an ACK, and a replica
       // online must ACK within repl-timeout. Until the link's own ACKs begin, the full sync's
@@ -565,8 +563,8 @@ net::awaitable<void> RedisSource::snapshotAcks() {
       // An ACK that arrives before the source has reaped its snapshot child is ignored (its
       // writes keep piling up for us): often at first, like the link's ACKs in a session's first
       // seconds.
-      if (std::chrono::steady_clock::now() - s.rdb_done_at < std::chrono::seconds(3)) {
-        period = std::chrono::milliseconds(100);
+      if (std::chrono::steady_clock::now() - s.rdb_done_at < spool_limits::kAckEarlyPhase) {
+        period = spool_limits::kAckPeriodEarly;
       }
     }
     co_await s.acks.waitFor(period);
@@ -579,7 +577,7 @@ net::awaitable<Status> RedisSource::fill() {
     if (!r) co_return fail(co_await dropped(r.error()));
     if (sync_.drained_at &&
         (*r < (16u << 10) ||
-         std::chrono::steady_clock::now() - *sync_.drained_at > std::chrono::seconds(60))) {
+         std::chrono::steady_clock::now() - *sync_.drained_at > spool_limits::kCaughtUpAfter)) {
       sync_.active = false;  // caught up with the source: the full sync is over
       sync_.drained_at.reset();
     }
@@ -598,7 +596,7 @@ net::awaitable<Status> RedisSource::fill() {
       co_return fail(co_await dropped(*s.error));
     }
     if (s.fifo.size() > 0) {
-      auto n = s.fifo.take(s.out, kSpoolTakeBytes);
+      auto n = s.fifo.take(s.out, spool_limits::kTakeBytes);
       if (!n) {
         s.error = n.error();
         continue;

@@ -21,12 +21,13 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/limits.h"
 #include "common/redis_conn.h"
 
 namespace xdcr::source {
 
 /** The spool's memory part: what a FIFO holds before it writes to its store. */
-inline constexpr size_t kSpoolMemoryBytes = 32u << 20;
+inline constexpr size_t kSpoolMemoryBytes = spool_limits::kMemoryBytes;
 
 /**
  * Where a SpoolFifo keeps what does not fit in memory: a file (FileSpoolStore), or in tests a

@@ -47,15 +47,6 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-/** `n` random printable bytes (no run LZF could shorten). */
-std::string randomValue(std::mt19937_64& rng, size_t n) {
-  static constexpr char kChars[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/";
-  std::string v(n, ' ');
-  for (char& c : v) c = kChars[rng() % 64];
-  return v;
-}
-
 class BandwidthTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -224,16 +224,11 @@ TEST_F(FaultTest, ACrashDuringTheFullSyncLeavesNoStaleKeysBehind) {
   RespClient src = source_.client();
   const int kLists = 1500;
   std::mt19937_64 rng(11);
-  auto element = [&] {  // random bytes: the snapshot's LZF must not shrink them
-    std::string e(200, '\0');
-    for (auto& c : e) c = static_cast<char>('a' + rng() % 26);
-    return e;
-  };
   for (int base = 0; base < kLists; base += 100) {
     std::vector<RespCommand> batch;
     for (int i = base; i < base + 100; ++i) {
       RespCommand push = {"RPUSH", "l:" + std::to_string(i)};
-      for (int e = 0; e < 20; ++e) push.push_back(element());
+      for (int e = 0; e < 20; ++e) push.push_back(randomValue(rng, 200));
       batch.push_back(std::move(push));
     }
     src.pipeline(batch);

@@ -61,18 +61,6 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-/** `n` random printable bytes: incompressible for the RDB's LZF. */
-std::string randomValue(std::mt19937_64& rng, size_t n) {
-  static constexpr char kChars[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/";
-  std::string v(n, ' ');
-  for (size_t i = 0; i < n; i += 10) {
-    uint64_t r = rng();
-    for (size_t j = i; j < std::min(n, i + 10); ++j, r >>= 6) v[j] = kChars[r & 63];
-  }
-  return v;
-}
-
 /** `SET w:<n> <value> EX 3600` at about `bytes_per_second` of values, from a thread. */
 class Load {
  public:

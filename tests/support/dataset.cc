@@ -11,6 +11,17 @@
 #include "tests/support/wait.h"
 
 namespace xdcr::test {
+
+std::string randomValue(std::mt19937_64& rng, size_t n) {
+  static constexpr char kChars[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/";
+  std::string v(n, ' ');
+  for (size_t i = 0; i < n; i += 10) {  // 10 characters of 6 bits from each 64-bit draw
+    uint64_t r = rng();
+    for (size_t j = i; j < std::min(n, i + 10); ++j, r >>= 6) v[j] = kChars[r & 63];
+  }
+  return v;
+}
 namespace {
 
 // Commands per pipelined write batch (RespClient::pipeline chunks them further).

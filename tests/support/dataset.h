@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <set>
 #include <string>
 #include <string_view>
@@ -40,6 +41,10 @@ enum class ValueKind {
 inline constexpr int kValueKindCount = static_cast<int>(ValueKind::StreamEmpty) + 1;
 
 /** Short name, also part of the key name: "si", "hs", "zl", ... */
+/** `n` random printable bytes from `rng`: no run that the RDB's LZF could shorten, so a value's
+ *  size on the wire is its size (bandwidth, spool and full-sync timing tests). */
+std::string randomValue(std::mt19937_64& rng, size_t n);
+
 std::string_view kindTag(ValueKind kind);
 /** What TYPE answers for it: string, hash, list, set, zset, stream. */
 std::string_view redisTypeOf(ValueKind kind);
