@@ -162,6 +162,37 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::hor
   co_return out;
 }
 
+net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::restoreHorizons(
+    const ShardLocator* shard, const std::vector<std::string>& keys,
+    std::chrono::steady_clock::time_point until, uint64_t restore_end) {
+  std::string masters;
+  const source::ShardNode* importer = nullptr;
+  for (const source::ShardView& v : topology_->shards()) {
+    const source::ShardNode* m = v.master();
+    masters += (m != nullptr ? m->address() : std::string("-")) + " ";
+    if (shard->knows(v)) importer = m;
+  }
+  if (auto it = epochs_.find(shard); it != epochs_.end() && it->second.masters == masters &&
+                                     restore_end <= it->second.importer_offset) {
+    ++horizon_reuses_;
+    co_return it->second.horizons;
+  }
+  ++horizon_readings_;
+  // (no master of the importer in the map now: the horizons of these keys, as for a snapshot key)
+  if (importer == nullptr) co_return co_await horizons(shard, keys, until, false);
+  const std::vector<std::vector<std::string>> info = {{"INFO", "replication"}};
+  auto r = co_await call(importer->host, importer->port, info);
+  if (!r) co_return fail(r.error());
+  const auto at = (*r)[0].isError() ? std::nullopt : replOffset((*r)[0].str);
+  // (not executed there yet by that reading: another history, a failover under way; per key)
+  if (!at || restore_end > *at) co_return co_await horizons(shard, keys, until, false);
+  const std::vector<std::string> none;
+  auto hs = co_await horizons(shard, none, until, false);
+  if (!hs) co_return hs;
+  epochs_[shard] = Epoch{masters, *at, *hs};
+  co_return hs;
+}
+
 net::awaitable<Status> MigrationGuard::awaitCheckpoints(const std::vector<Horizon>& hs,
                                                         std::chrono::steady_clock::time_point until,
                                                         bool for_snapshot, const std::string& what,
@@ -211,7 +242,8 @@ net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
                                                  const std::vector<std::string>& keys,
                                                  std::chrono::steady_clock::duration limit,
                                                  bool for_snapshot,
-                                                 std::optional<uint64_t> position) {
+                                                 std::optional<uint64_t> position,
+                                                 std::optional<uint64_t> restore_end) {
   {
     std::lock_guard lock(pending_mutex_);
     for (const auto& k : keys) pending_.insert(k);
@@ -232,7 +264,14 @@ net::awaitable<Status> MigrationGuard::guardKeys(const ShardLocator* shard,
   } done{*this, keys, waiting};
   const auto until = clock_.monotonicNow() + limit;
 
-  auto leased = co_await leasedHorizons(shard, keys, until, for_snapshot);
+  Result<std::vector<Horizon>> leased;
+  if (restore_end) {
+    co_await acquire();
+    Lease lease{*this};
+    leased = co_await restoreHorizons(shard, keys, until, *restore_end);
+  } else {
+    leased = co_await leasedHorizons(shard, keys, until, for_snapshot);
+  }
   if (!leased) co_return fail(leased.error());
   const std::vector<Horizon> hs = std::move(*leased);
   const std::string what = fmt::format("a slot migration: the {} of \"{}\"",
@@ -248,15 +287,18 @@ net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
                                                      const std::vector<std::string>& keys,
                                                      std::chrono::steady_clock::duration limit) {
   const std::optional<uint64_t> none;
-  co_return co_await net::co_spawn(ex_, restoreHere(shard, keys, limit, none), net::use_awaitable);
+  co_return co_await net::co_spawn(ex_, restoreHere(shard, keys, limit, none, none),
+                                   net::use_awaitable);
 }
 
 net::awaitable<Status> MigrationGuard::beforeRestore(const ShardLocator* shard,
                                                      const std::vector<std::string>& keys,
                                                      std::chrono::steady_clock::duration limit,
-                                                     uint64_t position) {
+                                                     uint64_t position, uint64_t restore_end) {
   const std::optional<uint64_t> at = position;
-  co_return co_await net::co_spawn(ex_, restoreHere(shard, keys, limit, at), net::use_awaitable);
+  const std::optional<uint64_t> end = restore_end;
+  co_return co_await net::co_spawn(ex_, restoreHere(shard, keys, limit, at, end),
+                                   net::use_awaitable);
 }
 
 net::awaitable<Result<MigrationGuard::SlotSet>> MigrationGuard::beforeSnapshot(
@@ -274,8 +316,9 @@ net::awaitable<Status> MigrationGuard::beforeSnapshotKey(
 net::awaitable<Status> MigrationGuard::restoreHere(const ShardLocator* shard,
                                                    const std::vector<std::string>& keys,
                                                    std::chrono::steady_clock::duration limit,
-                                                   std::optional<uint64_t> position) {
-  auto s = co_await guardKeys(shard, keys, limit, false, position);
+                                                   std::optional<uint64_t> position,
+                                                   std::optional<uint64_t> restore_end) {
+  auto s = co_await guardKeys(shard, keys, limit, false, position, restore_end);
   if (s) ++restores_;
   co_return s;
 }

@@ -84,11 +84,12 @@ class MigrationGuard {
   net::awaitable<Status> beforeRestore(const ShardLocator* shard,
                                        const std::vector<std::string>& keys,
                                        std::chrono::steady_clock::duration limit);
-  /** The same, by a link that waits at `position` (its checkpoints can get there meanwhile). */
+  /** The same, by a link that waits at `position` (its checkpoints can get there meanwhile)
+   *  for the RESTORE-ASKING that ends at `restore_end` of the importer's stream. */
   net::awaitable<Status> beforeRestore(const ShardLocator* shard,
                                        const std::vector<std::string>& keys,
-                                       std::chrono::steady_clock::duration limit,
-                                       uint64_t position);
+                                       std::chrono::steady_clock::duration limit, uint64_t position,
+                                       uint64_t restore_end);
   /** A RESTORE of `key` is waiting: a DEL of it on another shard must not be replicated. From
    *  any thread (the other calls are awaited from a link's thread and run on the guard's). */
   bool restorePending(std::string_view key) const;
@@ -119,6 +120,9 @@ class MigrationGuard {
 
   /** Counters for status and tests. */
   uint64_t restoresGuarded() const { return restores_; }
+  /** RESTOREs whose horizons were read for them, and those an earlier reading covered. */
+  uint64_t horizonReadings() const { return horizon_readings_; }
+  uint64_t horizonReuses() const { return horizon_reuses_; }
   uint64_t deletesHeld() const { return deletes_held_; }
   void countDeleteHeld() { ++deletes_held_; }
 
@@ -134,6 +138,25 @@ class MigrationGuard {
                                                         const std::vector<std::string>& keys,
                                                         std::chrono::steady_clock::time_point until,
                                                         bool for_snapshot);
+  /**
+   * The horizons for a RESTORE-ASKING that ends at `restore_end` of `shard`'s stream. Read as
+   * the importer's master_repl_offset first, then the other shards' offsets: a RESTORE-ASKING the
+   * importer had executed by the first reading came from a MIGRATE its exporter ran to the end,
+   * its DEL included, before it answered the later INFO (a server runs one command at a time),
+   * so those offsets are past the DEL, and past every other RESTORE-ASKING's up to that first
+   * reading. That reading is kept (Epoch) and serves every later RESTORE-ASKING at or before it:
+   * a link replaying a reshard after a crash waits for the other shards' checkpoints once, not
+   * once per MIGRATE batch while they chase a live load (CI's sanitized run: the replay of ~1,000
+   * batches did not finish in 60 s). Needs no EXISTS.
+   */
+  net::awaitable<Result<std::vector<Horizon>>> restoreHorizons(
+      const ShardLocator* shard, const std::vector<std::string>& keys,
+      std::chrono::steady_clock::time_point until, uint64_t restore_end);
+  struct Epoch {
+    std::string masters;       // every shard's master then: a failover or a reshard ends it
+    uint64_t importer_offset;  // the importer's master_repl_offset, read first
+    std::vector<Horizon> horizons;
+  };
   /** Until every instance of each horizon's shard is checkpointed past it. `for_snapshot`:
    *  instances without a checkpoint are not waited for, and a shard whose link waits in
    *  beforeRestore (maybe for the full sync that waits here) is there once checkpointed where
@@ -146,16 +169,19 @@ class MigrationGuard {
   net::awaitable<Status> restoreHere(const ShardLocator* shard,
                                      const std::vector<std::string>& keys,
                                      std::chrono::steady_clock::duration limit,
-                                     std::optional<uint64_t> position);
+                                     std::optional<uint64_t> position,
+                                     std::optional<uint64_t> restore_end);
   net::awaitable<Result<SlotSet>> snapshotHere(const ShardLocator* shard,
                                                std::chrono::steady_clock::duration limit,
                                                std::function<bool()> stopping);
   net::awaitable<Status> snapshotKeyHere(const ShardLocator* shard, const std::string& key,
                                          std::chrono::steady_clock::duration limit);
-  /** beforeRestore's wait for `keys` (`position`: where the calling link waits, if it does). */
+  /** beforeRestore's wait for `keys` (`position`: where the calling link waits, if it does;
+   *  `restore_end`: where its RESTORE-ASKING ends, see restoreHorizons). */
   net::awaitable<Status> guardKeys(const ShardLocator* shard, const std::vector<std::string>& keys,
                                    std::chrono::steady_clock::duration limit, bool for_snapshot,
-                                   std::optional<uint64_t> position);
+                                   std::optional<uint64_t> position,
+                                   std::optional<uint64_t> restore_end = std::nullopt);
   /** horizons() while holding the connections. */
   net::awaitable<Result<std::vector<Horizon>>> leasedHorizons(
       const ShardLocator* shard, const std::vector<std::string>& keys,
@@ -185,6 +211,9 @@ class MigrationGuard {
   SlotSet selected_;  // the source's `slots` (all when it has none)
   Notify idle_;
   uint64_t restores_ = 0;
+  std::map<const ShardLocator*, Epoch> epochs_;  // restoreHorizons' last reading, per importer
+  uint64_t horizon_readings_ = 0;
+  uint64_t horizon_reuses_ = 0;
   std::atomic<uint64_t> deletes_held_ = 0;  // counted by the links' threads
 };
 

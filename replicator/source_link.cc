@@ -965,8 +965,9 @@ net::awaitable<Status> SourceLink::guardMigration(source::Source& source,
   // index, the restored keys' deadlines, is put again when it is read again: idempotent)
   const ShardLocator* shard = pipelines_.front()->shard();
   const uint64_t waiting_at = source.position().offset;  // where checkpoints can get meanwhile
-  auto r = co_await (guard.beforeRestore(shard, restored, limits_.migration_wait, waiting_at) ||
-                     checkpointWhileWaiting(source));
+  auto r = co_await (
+      guard.beforeRestore(shard, restored, limits_.migration_wait, waiting_at, unit.offset_end) ||
+      checkpointWhileWaiting(source));
   Status s = std::visit([](auto& s) { return s; }, r);
   if (s) {
     for (auto& m : members_) {

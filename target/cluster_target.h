@@ -173,6 +173,14 @@ class ClusterTarget {
   };
 
   Node& nodeFor(const std::string& host, uint16_t port);
+  /** A part appended now would be held: a barrier, its slot's fence, or (keyless) anything
+   *  held. */
+  bool holds(const Part& part) const {
+    return barrier_ ||
+           (part.slot >= 0 ? fenced_[static_cast<size_t>(part.slot)] != 0 : !held_.empty());
+  }
+  /** Puts `h` at the end of held_, counted. */
+  void hold(Held h);
   /** Queues a part on `n`, or behind its slot's fence (held_). */
   void append(Node& n, Part part, std::string_view bytes);
   /** The fence of `slot` is answered: its held parts are queued, in order. */
@@ -215,8 +223,12 @@ class ClusterTarget {
   ServerInfo server_;
   std::vector<Resend> resends_;  // redirected parts, in the order they were answered
   std::vector<uint8_t> fenced_;  // per slot: a multi-key part of it is sent, not yet answered
-  std::deque<Held> held_;        // parts behind a fence, in the order they came
-  bool barrier_ = false;         // a keyless part is held: every later part waits behind it
+  // What held_ holds: per slot, and keyless parts. A fence's release with nothing of its slot
+  // and nothing keyless held frees nothing: it need not walk held_ (releaseFence).
+  std::vector<uint32_t> held_in_slot_ = std::vector<uint32_t>(cluster::kSlots, 0);
+  size_t held_keyless_ = 0;
+  std::deque<Held> held_;  // parts behind a fence, in the order they came
+  bool barrier_ = false;   // a keyless part is held: every later part waits behind it
   bool reroute_needed_ = false;
   bool holding_ = false;    // writers send nothing new (a reroute is under way)
   int reroute_rounds_ = 0;  // consecutive reroutes without a unit acknowledged in between
