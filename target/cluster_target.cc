@@ -179,13 +179,21 @@ void ClusterTarget::hold(Held h) {
 void ClusterTarget::releaseFence(int slot) {
   fenced_[static_cast<size_t>(slot)] = 0;
   // Nothing of this slot held and nothing keyless: every held part waits for another slot's
-  // fence, which this release does not change. (Walking held_ on every release made a replay
-  // after a crash quadratic: CI's sanitized run spent whole seconds here per reply, the event
-  // loop starved, checkpoints stopped, and a source reshard's guarded RESTOREs timed out.)
-  if (held_in_slot_[static_cast<size_t>(slot)] == 0 && held_keyless_ == 0) return;
+  // fence, which this release does not change. Otherwise the held parts are walked once the
+  // reader has taken every reply it has (releaseHeld), not once per reply: walking them on every
+  // release made a replay after a crash quadratic (CI's sanitized run spent whole seconds per
+  // reply here, the event loop starved, checkpoints stopped, a source reshard's guarded RESTOREs
+  // timed out, a restarted link did not even reach its PSYNC in 60 s).
+  if (held_in_slot_[static_cast<size_t>(slot)] != 0 || held_keyless_ != 0) release_due_ = true;
+}
+
+void ClusterTarget::releaseHeld() {
+  if (!release_due_) return;
+  release_due_ = false;
   // Every held part in order: what is free now goes out, the rest (another slot's fence, behind
-  // a multi-key part of this slot released first, behind a keyless part still held) is held
-  // again, in the same order, as it was (counted, its bytes not copied).
+  // a multi-key part of its slot released first, behind a keyless part still held) is held
+  // again, in the same order, as it was (counted, its bytes not copied). Only the order within
+  // a slot and behind a keyless part matters; one walk for several released fences keeps both.
   std::deque<Held> release;
   release.swap(held_);
   std::fill(held_in_slot_.begin(), held_in_slot_.end(), 0);
@@ -406,6 +414,7 @@ net::awaitable<Status> ClusterTarget::runReader(Node& n) {
       }
       progressed = true;
     }
+    releaseHeld();  // (before anything else can append: the applier runs only after this)
     if (progressed) {
       n.last_reply = clock_.monotonicNow();
       progress_.notify();

@@ -183,8 +183,11 @@ class ClusterTarget {
   void hold(Held h);
   /** Queues a part on `n`, or behind its slot's fence (held_). */
   void append(Node& n, Part part, std::string_view bytes);
-  /** The fence of `slot` is answered: its held parts are queued, in order. */
+  /** The fence of `slot` is answered: its held parts are queued, in order, by the releaseHeld()
+   *  that follows the reader's batch of replies. */
   void releaseFence(int slot);
+  /** Queues the held parts that released fences freed, in order (once per batch of replies). */
+  void releaseHeld();
   /** The slot map in force gives `slot` to the master of node id `master_id`. */
   bool ownedBy(int slot, const std::string& master_id) const;
   /** A redirected marker: the slot of its master to write it into now (-1: none left). */
@@ -227,8 +230,9 @@ class ClusterTarget {
   // and nothing keyless held frees nothing: it need not walk held_ (releaseFence).
   std::vector<uint32_t> held_in_slot_ = std::vector<uint32_t>(cluster::kSlots, 0);
   size_t held_keyless_ = 0;
-  std::deque<Held> held_;  // parts behind a fence, in the order they came
-  bool barrier_ = false;   // a keyless part is held: every later part waits behind it
+  bool release_due_ = false;  // a fence was released with parts held: releaseHeld() walks them
+  std::deque<Held> held_;     // parts behind a fence, in the order they came
+  bool barrier_ = false;      // a keyless part is held: every later part waits behind it
   bool reroute_needed_ = false;
   bool holding_ = false;    // writers send nothing new (a reroute is under way)
   int reroute_rounds_ = 0;  // consecutive reroutes without a unit acknowledged in between
