@@ -38,7 +38,7 @@ background() {  # background NAME COMMAND...: runs COMMAND niced, output in buil
   shift
   mkdir -p "$ROOT/${BUILD_DIR:-build}"
   # setsid: a process group of its own, which cleanup() stops whole if the run ends early.
-  (cd "$ROOT" && exec setsid nice -n 19 ionice -c 3 "$@") \
+  (cd "$ROOT" && exec setsid -w nice -n 19 ionice -c 3 "$@") \
     >"$ROOT/${BUILD_DIR:-build}/$name.log" 2>&1 &
   BG_PIDS[$name]=$!
 }
