@@ -7,6 +7,10 @@
 //
 // The values are random (incompressible: the snapshot carries them at their size), so the
 // bytes read from the source and written to the target are at least the values' bytes.
+//
+// Three placements: on loopback, and across a simulated WAN (tests/support/wan_proxy.h, 40 ms
+// each way) with the agent reading the source across it (in the target's datacenter) or writing
+// the target across it (in the source's). The limit must hold, and every key arrive, in each.
 
 #include <gtest/gtest.h>
 
@@ -26,6 +30,7 @@
 
 #include "replicator/admin_server.h"
 #include "tests/support/harness.h"
+#include "tests/support/wan_proxy.h"
 
 namespace xdcr::test {
 namespace {
@@ -47,17 +52,39 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-class BandwidthTest : public ::testing::Test {
+enum class Placement { Loopback, ReadsAcross, WritesAcross };
+
+std::string placementName(Placement p) {
+  switch (p) {
+    case Placement::Loopback:
+      return "Loopback";
+    case Placement::ReadsAcross:
+      return "ReadsAcrossAWan";
+    case Placement::WritesAcross:
+      return "WritesAcrossAWan";
+  }
+  return "?";
+}
+
+class BandwidthTest : public ::testing::TestWithParam<Placement> {
  protected:
   void SetUp() override {
     admin_ = "127.0.0.1:" + std::to_string(freePort());
     config_ = dir_.file("xdcr.yaml");
+    std::string source_address = source_.address(), target_address = target_.address();
+    if (GetParam() != Placement::Loopback) {
+      // The WAN is between the agent and the side it reaches across it.
+      RedisServer& far = GetParam() == Placement::ReadsAcross ? source_ : target_;
+      proxy_ = WanProxy::start(far.port(), {.delay = 40ms, .name = "wan"});
+      (GetParam() == Placement::ReadsAcross ? source_address : target_address) =
+          "127.0.0.1:" + std::to_string(proxy_->port());
+    }
     std::ostringstream y;
     y << "agent: {state_dir: \"" << dir_.file("state") << "\", admin_listen: \"" << admin_
       << "\", log_level: info}\n"
       << "clusters:\n"
-      << "  east: {type: redis, address: \"" << source_.address() << "\"}\n"
-      << "  west: {type: redis, address: \"" << target_.address() << "\"}\n"
+      << "  east: {type: redis, address: \"" << source_address << "\"}\n"
+      << "  west: {type: redis, address: \"" << target_address << "\"}\n"
       << "pipelines:\n"
       << "  - {name: east-to-west, source: east, target: west, bandwidth_limit: 2MB}\n";
     writeFileText(config_, y.str());
@@ -165,12 +192,14 @@ class BandwidthTest : public ::testing::Test {
   // A diskless full sync at once (no 5 s delay), as the other tests.
   RedisServer source_{{"--repl-diskless-sync-delay", "0"}};
   RedisServer target_;
+  std::unique_ptr<WanProxy> proxy_;  // (Placement::Loopback: none)
   std::string admin_, config_;
   std::unique_ptr<AgentProcess> agent_;
   std::mt19937_64 rng_{17};
 };
 
-TEST_F(BandwidthTest, FullSyncAndStreamStayUnderTheLimitAndEveryKeyArrives) {
+TEST_P(BandwidthTest, FullSyncAndStreamStayUnderTheLimitAndEveryKeyArrives) {
+  std::printf("placement: %s\n", placementName(GetParam()).c_str());
   // ---- the snapshot: 20 MB before the agent starts
   ASSERT_NO_FATAL_FAILURE(writeKeys("snap", kSnapshotKeys));
   const auto started = Clock::now();
@@ -256,7 +285,22 @@ TEST_F(BandwidthTest, FullSyncAndStreamStayUnderTheLimitAndEveryKeyArrives) {
   EXPECT_GE(m_read, read_throttled);  // a counter: not less than a moment ago
   EXPECT_GE(m_write, write_throttled);
   EXPECT_GT(m_read, 0.0);
+  if (proxy_) {
+    // Everything the agent exchanged with the far side went through the WAN.
+    const WanProxy::Stats ws = proxy_->stats();
+    std::printf("across the WAN: %.1f MB to the far side, %.1f MB from it\n", ws.bytes_up / 1e6,
+                ws.bytes_down / 1e6);
+    const double values = double(kSnapshotKeys + kStreamKeys) * kValueBytes;
+    EXPECT_GE(double(GetParam() == Placement::ReadsAcross ? ws.bytes_down : ws.bytes_up), values);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Placements, BandwidthTest,
+                         ::testing::Values(Placement::Loopback, Placement::ReadsAcross,
+                                           Placement::WritesAcross),
+                         [](const ::testing::TestParamInfo<Placement>& info) {
+                           return placementName(info.param);
+                         });
 
 }  // namespace
 }  // namespace xdcr::test
