@@ -2,8 +2,13 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -37,6 +42,57 @@ const char* levelName(xdcr::config::LogLevel l) {
       return "error";
   }
   return "info";
+}
+
+/** What `version` and `--version` print. */
+std::string versionLine() {
+  return fmt::format("xdcr-agent {} (revision {}, {} build)", xdcr::version(), xdcr::gitRevision(),
+                     xdcr::buildType());
+}
+
+/** Levenshtein distance: how far a mistyped command is from each real one. */
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+/**
+ * `xdcr-agent help` prints the help; a first word that is no command is answered with the
+ * closest one(s) and the list (CLI11 alone says only "A subcommand is required"). Returns the
+ * exit status when the command line ends here.
+ */
+std::optional<int> answerHelpOrUnknown(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
+  const std::string word = argv[1];
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (word == "help") {
+    std::cout << app.help();
+    return 0;
+  }
+  if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
+  size_t best = SIZE_MAX;
+  for (const auto& n : names) best = std::min(best, editDistance(word, n));
+  std::string close;
+  for (const auto& n : names) {
+    if (editDistance(word, n) == best && best <= 2) close += (close.empty() ? "" : " or ") + n;
+  }
+  std::string all;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  std::cerr << "xdcr-agent: unknown command \"" << word << "\""
+            << (close.empty() ? "" : "; did you mean " + close + "?") << "\ncommands: " << all
+            << ", help; xdcr-agent --help for the options\n";
+  return 2;  // a usage error, as for a bad option
 }
 
 /** Prints every diagnostic; returns the config or null. */
@@ -111,7 +167,7 @@ int main(int argc, char** argv) {
   // bench/run.sh --only cost: RSS growth over a third million deadlines 49.5-51.5 bytes each
   // with the default, 28.6-29.7 with 64 KiB (the index itself: 26.6).
   ::mallopt(M_MMAP_THRESHOLD, 64 * 1024);
-  CLI::App app{"xdcr-agent: replicates expiring documents between clusters"};
+  CLI::App app{"xdcr-agent: replicates expiring documents between clusters", "xdcr-agent"};
   app.require_subcommand(1);
   app.fallthrough();  // --log-level / --log-format also after the subcommand
   std::string log_level, log_format;
@@ -159,6 +215,8 @@ int main(int argc, char** argv) {
   status->add_option("-o,--output", output, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
 
+  app.set_version_flag("--version", versionLine);
+  if (auto answered = answerHelpOrUnknown(app, argc, argv)) return *answered;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -166,8 +224,7 @@ int main(int argc, char** argv) {
   }
 
   if (app.got_subcommand("version")) {
-    std::printf("xdcr-agent %s (revision %s, %s build)\n", xdcr::version(), xdcr::gitRevision(),
-                xdcr::buildType());
+    std::printf("%s\n", versionLine().c_str());
     return 0;
   }
   if (app.got_subcommand("status")) {

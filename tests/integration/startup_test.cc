@@ -177,5 +177,36 @@ TEST_F(StartupTest, AClusterUnreachableAtStartDoesNotStopTheAgent) {
   EXPECT_TRUE(agent.terminate().success()) << agent.logTail();
 }
 
+// Issue 18, finding 7: `--version`, `help` and a mistyped command all printed "A subcommand is
+// required". Now: the version, the help, and the closest command(s) with the list (exit 2).
+TEST(Cli, VersionHelpAndAMistypedCommandAreAnswered) {
+  TempDir dir("xdcr-cli");
+  const AgentCommandResult version =
+      runAgentCommand({"--version"}, dir.file("version.out"), kCommandTimeout);
+  EXPECT_EQ(version.exit_code, 0) << version.output;
+  EXPECT_EQ(version.output.rfind("xdcr-agent ", 0), 0u) << version.output;
+  EXPECT_NE(version.output.find("revision"), std::string::npos) << version.output;
+  // The same line as the `version` command.
+  const AgentCommandResult command =
+      runAgentCommand({"version"}, dir.file("version-command.out"), kCommandTimeout);
+  EXPECT_EQ(command.output, version.output);
+
+  const AgentCommandResult help = runAgentCommand({"help"}, dir.file("help.out"), kCommandTimeout);
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  for (const char* word : {"Usage: xdcr-agent", "run", "validate", "verify", "status"}) {
+    EXPECT_NE(help.output.find(word), std::string::npos) << word << " in:\n" << help.output;
+  }
+
+  const AgentCommandResult typo =
+      runAgentCommand({"stauts"}, dir.file("typo.out"), kCommandTimeout);
+  EXPECT_EQ(typo.exit_code, 2) << typo.output;
+  EXPECT_NE(typo.output.find("unknown command \"stauts\"; did you mean status?"), std::string::npos)
+      << typo.output;
+  EXPECT_NE(typo.output.find("commands: run, validate"), std::string::npos) << typo.output;
+  const AgentCommandResult far = runAgentCommand({"zzz"}, dir.file("far.out"), kCommandTimeout);
+  EXPECT_EQ(far.exit_code, 2) << far.output;
+  EXPECT_EQ(far.output.find("did you mean"), std::string::npos) << far.output;
+}
+
 }  // namespace
 }  // namespace xdcr::test
