@@ -83,6 +83,9 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
       const auto& req = parser.get();
       AdminRequest ar;
       ar.method = std::string(req.method_string());
+      // HEAD: what GET would answer, without the body (monitors and load balancers probe so).
+      const bool head = req.method() == http::verb::head;
+      if (head) ar.method = "GET";
       std::string_view target = req.target();
       ar.path = std::string(target.substr(0, target.find('?')));
       if (auto it = req.find(http::field::authorization); it != req.end()) {
@@ -101,6 +104,7 @@ struct AdminServer::Impl : std::enable_shared_from_this<AdminServer::Impl> {
       res.keep_alive(req.keep_alive());
       res.body() = std::move(reply.body);
       res.prepare_payload();
+      if (head) res.body().clear();  // (Content-Length stays that of the GET)
       auto [wec, wn] = co_await http::async_write(stream, res, use_nothrow);
       if (wec || !res.keep_alive()) break;
     }
@@ -162,10 +166,14 @@ void AdminServer::stop() {
   impl_->acceptor.close(ignored);
 }
 
-Result<std::pair<int, std::string>> adminRequest(const std::string& address,
+Result<std::pair<int, std::string>> adminRequest(const std::string& raw_address,
                                                  const std::string& method, const std::string& path,
                                                  std::chrono::milliseconds timeout,
                                                  const std::string& bearer_token) {
+  // The URL the agent logs ("http://HOST:PORT", maybe with a '/') is accepted as well.
+  std::string address = raw_address;
+  if (address.rfind("http://", 0) == 0) address.erase(0, 7);
+  while (!address.empty() && address.back() == '/') address.pop_back();
   auto colon = address.rfind(':');
   if (colon == std::string::npos) {
     return fail(Error::io(fmt::format("--admin \"{}\": use host:port", address)));
@@ -190,12 +198,13 @@ Result<std::pair<int, std::string>> adminRequest(const std::string& address,
   if (!bearer_token.empty()) req.set(http::field::authorization, "Bearer " + bearer_token);
   http::write(stream, req, ec);
   beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  if (!ec) http::read(stream, buffer, res, ec);
+  http::response_parser<http::string_body> parser;
+  parser.skip(method == "HEAD");  // a HEAD reply has a Content-Length but no body
+  if (!ec) http::read(stream, buffer, parser, ec);
   if (ec) {
     return fail(Error::io(fmt::format("admin server at {}: {}", address, ec.message())));
   }
-  return std::pair<int, std::string>{res.result_int(), res.body()};
+  return std::pair<int, std::string>{parser.get().result_int(), parser.get().body()};
 }
 
 }  // namespace xdcr::replicator

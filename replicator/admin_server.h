@@ -58,7 +58,8 @@ class AdminServer {
   std::shared_ptr<Impl> impl_;
 };
 
-/** A blocking HTTP request to a running agent's admin server: {status, body}. */
+/** A blocking HTTP request to a running agent's admin server: {status, body}. `address` is
+ *  host:port, or the URL the agent logs (http://host:port/). A HEAD reply has no body. */
 /** `bearer_token`, when not empty, is sent as `Authorization: Bearer <token>`. */
 Result<std::pair<int, std::string>> adminRequest(const std::string& address,
                                                  const std::string& method, const std::string& path,

@@ -129,6 +129,25 @@ TEST_F(AdminTest, MetricsAndStatusReportAKnownWorkload) {
   }
 }
 
+// Issue 18, finding 7: HEAD answered 404, and `status --admin http://HOST:PORT` (the URL the
+// agent logs) failed. Now HEAD answers what GET would without the body, and the URL is accepted.
+TEST_F(AdminTest, HeadAndTheLoggedUrlAreAnswered) {
+  for (const char* path : {"/status", "/healthz", "/readyz", "/metrics"}) {
+    const auto [code, body] = request("HEAD", path);
+    EXPECT_EQ(code, 200) << "HEAD " << path << ": " << body;
+    EXPECT_TRUE(body.empty()) << "HEAD " << path << " carried a body: " << body.substr(0, 80);
+  }
+  EXPECT_EQ(request("HEAD", "/nothing").first, 404);
+
+  auto url = replicator::adminRequest("http://" + admin_ + "/", "GET", "/healthz", 5s);
+  ASSERT_TRUE(url) << url.error().message;
+  EXPECT_EQ(url->first, 200);
+  const AgentCommandResult status = runAgentCommand(
+      {"status", "--admin", "http://" + admin_, "-o", "json"}, dir_.file("status.out"), 30s);
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_TRUE(status.report.contains("pipelines")) << status.output;
+}
+
 TEST_F(AdminTest, OperatorPauseHoldsWritesUntilResume) {
   auto [code, body] = request("POST", "/pipelines/east-to-west/pause");
   ASSERT_EQ(code, 200) << body;
