@@ -17,6 +17,8 @@
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
+#include "common/fd_io.h"
+
 namespace xdcr::replicator {
 namespace {
 
@@ -24,15 +26,10 @@ constexpr std::string_view kMagic = "XDCRCKPT 1\n";
 constexpr std::string_view kJournalMagic = "XJR1";
 
 Status writeAll(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(Error::storage(fmt::format(
-          "cannot write checkpoint {}: {}; check free space and permissions of agent.state_dir",
-          path, std::strerror(errno))));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
+  if (const int err = writeFully(fd, data); err != 0) {
+    return fail(Error::storage(fmt::format(
+        "cannot write checkpoint {}: {}; check free space and permissions of agent.state_dir", path,
+        std::strerror(err))));
   }
   return Status{};
 }

@@ -81,11 +81,12 @@ std::optional<int> answerHelpOrUnknown(CLI::App& app, int argc, char** argv) {
     return 0;
   }
   if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
-  size_t best = SIZE_MAX;
-  for (const auto& n : names) best = std::min(best, editDistance(word, n));
+  std::vector<size_t> distance;
+  for (const auto& n : names) distance.push_back(editDistance(word, n));
+  const size_t best = *std::min_element(distance.begin(), distance.end());
   std::string close;
-  for (const auto& n : names) {
-    if (editDistance(word, n) == best && best <= 2) close += (close.empty() ? "" : " or ") + n;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (distance[i] == best && best <= 2) close += (close.empty() ? "" : " or ") + names[i];
   }
   std::string all;
   for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;

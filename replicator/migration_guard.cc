@@ -174,10 +174,8 @@ net::awaitable<Result<std::vector<MigrationGuard::Horizon>>> MigrationGuard::res
   }
   if (auto it = epochs_.find(shard); it != epochs_.end() && it->second.masters == masters &&
                                      restore_end <= it->second.importer_offset) {
-    ++horizon_reuses_;
     co_return it->second.horizons;
   }
-  ++horizon_readings_;
   // (no master of the importer in the map now: the horizons of these keys, as for a snapshot key)
   if (importer == nullptr) co_return co_await horizons(shard, keys, until, false);
   const std::vector<std::vector<std::string>> info = {{"INFO", "replication"}};

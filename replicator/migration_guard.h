@@ -120,9 +120,6 @@ class MigrationGuard {
 
   /** Counters for status and tests. */
   uint64_t restoresGuarded() const { return restores_; }
-  /** RESTOREs whose horizons were read for them, and those an earlier reading covered. */
-  uint64_t horizonReadings() const { return horizon_readings_; }
-  uint64_t horizonReuses() const { return horizon_reuses_; }
   uint64_t deletesHeld() const { return deletes_held_; }
   void countDeleteHeld() { ++deletes_held_; }
 
@@ -212,9 +209,7 @@ class MigrationGuard {
   Notify idle_;
   uint64_t restores_ = 0;
   std::map<const ShardLocator*, Epoch> epochs_;  // restoreHorizons' last reading, per importer
-  uint64_t horizon_readings_ = 0;
-  uint64_t horizon_reuses_ = 0;
-  std::atomic<uint64_t> deletes_held_ = 0;  // counted by the links' threads
+  std::atomic<uint64_t> deletes_held_ = 0;       // counted by the links' threads
 };
 
 }  // namespace xdcr::replicator

@@ -212,8 +212,11 @@ void RedisSink::applySnapshotKey(const source::Change& c) {
     ++counts_.filtered;
     return;
   }
-  if (record_keys_) snapshot_keys_.add(ev.db, ev.key);
-  if (journal_) journal_->add(ev.db, ev.key);
+  if (record_keys_ || journal_) {
+    const uint64_t hash = SnapshotKeys::hashOf(ev.db, ev.key);  // once for both
+    if (record_keys_) snapshot_keys_.addHash(hash);
+    if (journal_) journal_->addHash(hash);
+  }
   applier_.beginUnit(false);
   applier_.apply(judged_);
   // The whole snapshot stands at the FULLRESYNC offset: acknowledging it moves nothing.

@@ -14,6 +14,7 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include "common/fd_io.h"
 #include "common/redis_conn.h"
 #include "target/marker.h"
 
@@ -85,11 +86,11 @@ Status FullSyncJournal::load(SnapshotKeys& into) const {
 
 Status FullSyncJournal::flush() {
   if (buffer_.empty()) return Status{};
-  auto failed = [&](const char* what) {
+  auto failed = [&](const char* what, int err = errno) {
     return fail(Error::io(fmt::format(
         "cannot {} {}, the record of the keys this full sync writes to the target: {}; the "
         "target is not written until it can (free space in agent.state_dir)",
-        what, path_, std::strerror(errno))));
+        what, path_, std::strerror(err))));
   };
   if (fd_ < 0) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -103,17 +104,9 @@ Status FullSyncJournal::flush() {
       return failed("truncate");
     }
   }
-  const char* p = reinterpret_cast<const char*>(buffer_.data());
-  size_t left = buffer_.size() * sizeof(uint64_t);
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return failed("write to");
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  const std::string_view bytes(reinterpret_cast<const char*>(buffer_.data()),
+                               buffer_.size() * sizeof(uint64_t));
+  if (const int err = writeFully(fd_, bytes); err != 0) return failed("write to", err);
   buffer_.clear();
   return Status{};
 }

@@ -73,7 +73,8 @@ class FullSyncJournal {
   /** Adds the file's hashes (none when there is no file) to `into`; a torn last record is
    *  ignored. */
   Status load(SnapshotKeys& into) const;
-  void add(int db, std::string_view key) { buffer_.push_back(SnapshotKeys::hashOf(db, key)); }
+  void add(int db, std::string_view key) { addHash(SnapshotKeys::hashOf(db, key)); }
+  void addHash(uint64_t hash) { buffer_.push_back(hash); }
   /** Appends what add() buffered. An error names the file and says what to do: the target must
    *  not be written meanwhile. */
   Status flush();
