@@ -191,7 +191,12 @@ Status RedisSink::beginSnapshot(bool record_keys) {
   interrupted_keys_.clear();
   if (journal_) {
     if (auto s = journal_->load(interrupted_keys_); !s) return s;
+    const size_t records = interrupted_keys_.size();
     interrupted_keys_.seal();
+    // Interrupted full syncs in a row each appended their keys: back to one record a key.
+    if (interrupted_keys_.size() < records) {
+      if (auto s = journal_->rewrite(interrupted_keys_); !s) return s;
+    }
     if (interrupted_keys_.size() > 0) {
       spdlog::warn(
           "pipeline {}: an earlier full sync into {} was interrupted before its checkpoint; "

@@ -43,6 +43,7 @@ void SnapshotKeys::add(int db, std::string_view key) {
 
 void SnapshotKeys::seal() {
   std::sort(hashes_.begin(), hashes_.end());
+  hashes_.erase(std::unique(hashes_.begin(), hashes_.end()), hashes_.end());
 }
 
 bool SnapshotKeys::contains(int db, std::string_view key) const {
@@ -108,6 +109,25 @@ Status FullSyncJournal::flush() {
                                buffer_.size() * sizeof(uint64_t));
   if (const int err = writeFully(fd_, bytes); err != 0) return failed("write to", err);
   buffer_.clear();
+  return Status{};
+}
+
+Status FullSyncJournal::rewrite(const SnapshotKeys& keys) {
+  const std::string tmp = path_ + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return fail(Error::io(fmt::format("cannot create {}: {}", tmp, std::strerror(errno))));
+  }
+  const std::string_view bytes(reinterpret_cast<const char*>(keys.hashes().data()),
+                               keys.hashes().size() * sizeof(uint64_t));
+  const int err = writeFully(fd, bytes);
+  ::close(fd);
+  if (err != 0 || ::rename(tmp.c_str(), path_.c_str()) != 0) {
+    const int e = err != 0 ? err : errno;
+    ::unlink(tmp.c_str());  // the old file stays: it still names every key
+    return fail(Error::io(fmt::format("cannot rewrite {}: {}; free space in agent.state_dir", path_,
+                                      std::strerror(e))));
+  }
   return Status{};
 }
 

@@ -38,7 +38,7 @@ namespace xdcr::target {
 class SnapshotKeys {
  public:
   void add(int db, std::string_view key);
-  /** Sorts; call once all keys are added, before contains(). */
+  /** Sorts and drops repeats; call once all keys are added, before contains(). */
   void seal();
   bool contains(int db, std::string_view key) const;
   size_t size() const { return hashes_.size(); }
@@ -49,6 +49,7 @@ class SnapshotKeys {
   /** The hash add() records for (db, key). */
   static uint64_t hashOf(int db, std::string_view key);
   void addHash(uint64_t hash) { hashes_.push_back(hash); }
+  const std::vector<uint64_t>& hashes() const { return hashes_; }
 
  private:
   std::vector<uint64_t> hashes_;
@@ -78,6 +79,10 @@ class FullSyncJournal {
   /** Appends what add() buffered. An error names the file and says what to do: the target must
    *  not be written meanwhile. */
   Status flush();
+  /** Replaces the file by `keys` (sealed), through a temporary file and a rename: the full
+   *  syncs interrupted in a row each appended their keys, so the file is kept at one record a
+   *  key. Before the first flush(). */
+  Status rewrite(const SnapshotKeys& keys);
   /** Deletes the file: the full sync is checkpointed. No file is not an error. */
   Status remove();
   const std::string& path() const { return path_; }

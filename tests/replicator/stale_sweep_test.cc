@@ -99,6 +99,30 @@ TEST_F(FullSyncJournalTest, WhatOneRunFlushedTheNextLoadsAndAppendsTo) {
   EXPECT_TRUE(second.remove().has_value());  // removing twice is not an error
 }
 
+// Full syncs interrupted in a row each append the keys they wrote: rewrite() keeps the file at
+// one record a key (RedisSink::beginSnapshot calls it when the loaded set had repeats).
+TEST_F(FullSyncJournalTest, RepeatedAttemptsAreRewrittenToOneRecordAKey) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    FullSyncJournal j(path_);
+    for (int i = 0; i < 1000; ++i) j.add(0, "k:" + std::to_string(i));
+    ASSERT_TRUE(j.flush().has_value());
+  }
+  EXPECT_EQ(std::filesystem::file_size(path_), 3000u * 8);
+  SnapshotKeys loaded;
+  ASSERT_TRUE(FullSyncJournal(path_).load(loaded).has_value());
+  EXPECT_EQ(loaded.size(), 3000u);
+  loaded.seal();
+  EXPECT_EQ(loaded.size(), 1000u);  // sealed: each key once
+  ASSERT_TRUE(FullSyncJournal(path_).rewrite(loaded).has_value());
+  EXPECT_EQ(std::filesystem::file_size(path_), 1000u * 8);
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
+  SnapshotKeys again;
+  ASSERT_TRUE(FullSyncJournal(path_).load(again).has_value());
+  again.seal();
+  EXPECT_EQ(again.size(), 1000u);
+  EXPECT_TRUE(again.contains(0, "k:999"));
+}
+
 TEST_F(FullSyncJournalTest, AFlushThatCannotWriteSaysWhichFileAndWhatToDo) {
   // A directory where the file should be: open() fails for root too (EISDIR).
   ASSERT_TRUE(std::filesystem::create_directory(path_));
