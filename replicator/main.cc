@@ -2,13 +2,11 @@
 
 #include <malloc.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
-#include <optional>
+#include <memory>
 #include <string>
-#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -16,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
-#include "common/version.h"
 #include "config/config.h"
 #include "replicator/admin_server.h"
 #include "replicator/agent.h"
+#include "replicator/cli.h"
 #include "replicator/clock_report.h"
 #include "replicator/verify.h"
 
@@ -42,58 +40,6 @@ const char* levelName(xdcr::config::LogLevel l) {
       return "error";
   }
   return "info";
-}
-
-/** What `version` and `--version` print. */
-std::string versionLine() {
-  return fmt::format("xdcr-agent {} (revision {}, {} build)", xdcr::version(), xdcr::gitRevision(),
-                     xdcr::buildType());
-}
-
-/** Levenshtein distance: how far a mistyped command is from each real one. */
-size_t editDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-/**
- * `xdcr-agent help` prints the help; a first word that is no command is answered with the
- * closest one(s) and the list (CLI11 alone says only "A subcommand is required"). Returns the
- * exit status when the command line ends here.
- */
-std::optional<int> answerHelpOrUnknown(CLI::App& app, int argc, char** argv) {
-  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
-  const std::string word = argv[1];
-  std::vector<std::string> names;
-  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
-  if (word == "help") {
-    std::cout << app.help();
-    return 0;
-  }
-  if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
-  std::vector<size_t> distance;
-  for (const auto& n : names) distance.push_back(editDistance(word, n));
-  const size_t best = *std::min_element(distance.begin(), distance.end());
-  std::string close;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (distance[i] == best && best <= 2) close += (close.empty() ? "" : " or ") + names[i];
-  }
-  std::string all;
-  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-  std::cerr << "xdcr-agent: unknown command \"" << word << "\""
-            << (close.empty() ? "" : "; did you mean " + close + "?") << "\ncommands: " << all
-            << ", help; xdcr-agent --help for the options\n";
-  return 2;  // a usage error, as for a bad option
 }
 
 /** Prints every diagnostic; returns the config or null. */
@@ -168,79 +114,37 @@ int main(int argc, char** argv) {
   // bench/run.sh --only cost: RSS growth over a third million deadlines 49.5-51.5 bytes each
   // with the default, 28.6-29.7 with 64 KiB (the index itself: 26.6).
   ::mallopt(M_MMAP_THRESHOLD, 64 * 1024);
-  CLI::App app{"xdcr-agent: replicates expiring documents between clusters", "xdcr-agent"};
-  app.require_subcommand(1);
-  app.fallthrough();  // --log-level / --log-format also after the subcommand
-  std::string log_level, log_format;
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides the file)")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-  app.add_option("--log-format", log_format, "text|json (overrides the file)")
-      ->check(CLI::IsMember({"text", "json"}));
-
-  std::string config_path;
-  auto* run = app.add_subcommand("run", "run every pipeline of the config until SIGTERM/SIGINT");
-  run->add_option("-c,--config", config_path, "config file")->required();
-
-  bool no_env = false;
-  auto* validate = app.add_subcommand("validate", "check a config file without connecting");
-  validate->add_option("-c,--config", config_path, "config file")->required();
-  validate->add_flag("--no-environment", no_env,
-                     "do not check environment variables and secret files");
-
-  app.add_subcommand("version", "print version, git revision and build type");
-
-  xdcr::replicator::VerifyOptions verify_opts;
-  std::string ttl_tolerance = "1s", verify_output = "table";
-  auto* verify = app.add_subcommand(
-      "verify", "compare a pipeline's source and target: keys, values, deadlines");
-  verify->add_option("-c,--config", config_path, "config file")->required();
-  verify->add_option("-p,--pipeline", verify_opts.pipeline, "pipeline name")->required();
-  verify->add_option("--ttl-tolerance", ttl_tolerance, "deadline tolerance (default 1s)");
-  verify->add_option("--sample", verify_opts.sample, "check about N keys instead of all");
-  verify->add_option("--rate", verify_opts.rate, "keys per second at most (default 5000)");
-  verify->add_option("--rechecks", verify_opts.rechecks,
-                     "re-read a differing key this many times, a second apart (default 3)");
-  verify->add_option("-o,--output", verify_output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
-
-  auto* clock_cmd = app.add_subcommand(
-      "clock", "one-shot clock report: NTP, every cluster, every pipeline's skew");
-  clock_cmd->add_option("-c,--config", config_path, "config file")->required();
-  std::string clock_output = "table";
-  clock_cmd->add_option("-o,--output", clock_output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
-
-  std::string admin_addr = "127.0.0.1:9464", output = "table";
-  auto* status = app.add_subcommand("status", "show a running agent's /status");
-  status->add_option("--admin", admin_addr, "the agent's admin_listen address (host:port)");
-  status->add_option("-o,--output", output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
-
-  app.set_version_flag("--version", versionLine);
-  if (auto answered = answerHelpOrUnknown(app, argc, argv)) return *answered;
+  xdcr::cli::Options o;
+  xdcr::cli::Commands commands;
+  const std::unique_ptr<CLI::App> app = xdcr::cli::buildApp(o, commands);
+  if (auto answered = xdcr::cli::answerHelpOrUnknown(*app, argc, argv)) return *answered;
   try {
-    app.parse(argc, argv);
+    app->parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app->exit(e);
   }
 
-  if (app.got_subcommand("version")) {
-    std::printf("%s\n", versionLine().c_str());
+  if (commands.version->parsed()) {
+    std::printf("%s\n", xdcr::cli::versionLine().c_str());
     return 0;
   }
-  if (app.got_subcommand("status")) {
-    return printStatus(admin_addr, output == "json");
+  if (commands.status->parsed()) {
+    return printStatus(o.status.admin, o.status.output == "json");
   }
-  if (app.got_subcommand("validate")) {
-    auto cfg = load(config_path, !no_env);
+  if (commands.validate->parsed()) {
+    const std::string& config_path = o.validate.config_path;
+    auto cfg = load(config_path, !o.validate.no_environment);
     if (!cfg) return kExitConfig;
     std::printf("%s: valid (%zu cluster(s), %zu pipeline(s))\n", config_path.c_str(),
                 cfg->clusters.size(), cfg->pipelines.size());
     return 0;
   }
-  auto cfg = load(config_path, true);
-  if (!cfg) return kExitConfig;
-  if (app.got_subcommand("verify")) {
+  const std::string& log_level = o.log_level;
+  if (commands.verify->parsed()) {
+    auto cfg = load(o.verify.config_path, true);
+    if (!cfg) return kExitConfig;
+    auto& verify_opts = o.verify.verify;
+    const std::string& ttl_tolerance = o.verify.ttl_tolerance;
     xdcr::setupLogging(log_level.empty() ? "warn" : log_level, xdcr::LogFormat::Text);
     auto tol = xdcr::config::parseDuration(ttl_tolerance);
     if (!tol) {
@@ -249,24 +153,34 @@ int main(int argc, char** argv) {
       return kExitConfig;
     }
     verify_opts.ttl_tolerance = *tol;
-    verify_opts.json = verify_output == "json";
+    verify_opts.json = o.verify.output == "json";
     for (const auto& w : xdcr::config::securityWarnings(*cfg)) spdlog::warn("{}", w);
     return xdcr::replicator::runVerify(cfg, verify_opts);
   }
-  if (app.got_subcommand("clock")) {
+  if (commands.clock->parsed()) {
+    auto cfg = load(o.clock.config_path, true);
+    if (!cfg) return kExitConfig;
     xdcr::setupLogging(log_level.empty() ? "warn" : log_level, xdcr::LogFormat::Text);
     for (const auto& w : xdcr::config::securityWarnings(*cfg)) spdlog::warn("{}", w);
-    return xdcr::replicator::runClockCommand(cfg, clock_output == "json");
+    return xdcr::replicator::runClockCommand(cfg, o.clock.output == "json");
   }
-  xdcr::setupLogging(log_level.empty() ? levelName(cfg->agent.log_level) : log_level,
-                     (log_format.empty() ? cfg->agent.log_format == xdcr::config::LogFormat::Json
-                                         : log_format == "json")
-                         ? xdcr::LogFormat::Json
-                         : xdcr::LogFormat::Text);
-  try {
-    return xdcr::replicator::runAgent(cfg);
-  } catch (const std::exception& e) {
-    spdlog::critical("fatal: {}", e.what());
-    return 1;
+  if (commands.run->parsed()) {
+    auto cfg = load(o.run.config_path, true);
+    if (!cfg) return kExitConfig;
+    xdcr::setupLogging(
+        log_level.empty() ? levelName(cfg->agent.log_level) : log_level,
+        (o.log_format.empty() ? cfg->agent.log_format == xdcr::config::LogFormat::Json
+                              : o.log_format == "json")
+            ? xdcr::LogFormat::Json
+            : xdcr::LogFormat::Text);
+    try {
+      return xdcr::replicator::runAgent(cfg);
+    } catch (const std::exception& e) {
+      spdlog::critical("fatal: {}", e.what());
+      return 1;
+    }
   }
+  // A subcommand defined in cli.cc without a branch here.
+  std::cerr << "xdcr-agent: internal error: no handler for this command\n";
+  return 2;
 }

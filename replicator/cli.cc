@@ -1,0 +1,114 @@
+// xdcr-agent's command line: the one CLI11 definition (see cli.h).
+
+#include "replicator/cli.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <iostream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/version.h"
+
+namespace xdcr::cli {
+
+namespace {
+
+/** Levenshtein distance: how far a mistyped command is from each real one. */
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string versionLine() {
+  return fmt::format("xdcr-agent {} (revision {}, {} build)", xdcr::version(), xdcr::gitRevision(),
+                     xdcr::buildType());
+}
+
+std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
+  auto app = std::make_unique<CLI::App>(
+      "xdcr-agent: replicates expiring documents between clusters", "xdcr-agent");
+  app->require_subcommand(1);
+  app->fallthrough();  // --log-level / --log-format also after the subcommand
+  app->add_option("--log-level", o.log_level, "trace|debug|info|warn|error (overrides the file)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app->add_option("--log-format", o.log_format, "text|json (overrides the file)")
+      ->check(CLI::IsMember({"text", "json"}));
+
+  c.run = app->add_subcommand("run", "run every pipeline of the config until SIGTERM/SIGINT");
+  c.run->add_option("-c,--config", o.run.config_path, "config file")->required();
+
+  c.validate = app->add_subcommand("validate", "check a config file without connecting");
+  c.validate->add_option("-c,--config", o.validate.config_path, "config file")->required();
+  c.validate->add_flag("--no-environment", o.validate.no_environment,
+                       "do not check environment variables and secret files");
+
+  c.version = app->add_subcommand("version", "print version, git revision and build type");
+
+  auto& v = o.verify;
+  c.verify = app->add_subcommand("verify",
+                                 "compare a pipeline's source and target: keys, values, deadlines");
+  c.verify->add_option("-c,--config", v.config_path, "config file")->required();
+  c.verify->add_option("-p,--pipeline", v.verify.pipeline, "pipeline name")->required();
+  c.verify->add_option("--ttl-tolerance", v.ttl_tolerance, "deadline tolerance (default 1s)");
+  c.verify->add_option("--sample", v.verify.sample, "check about N keys instead of all");
+  c.verify->add_option("--rate", v.verify.rate, "keys per second at most (default 5000)");
+  c.verify->add_option("--rechecks", v.verify.rechecks,
+                       "re-read a differing key this many times, a second apart (default 3)");
+  c.verify->add_option("-o,--output", v.output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+
+  c.clock = app->add_subcommand("clock",
+                                "one-shot clock report: NTP, every cluster, every pipeline's skew");
+  c.clock->add_option("-c,--config", o.clock.config_path, "config file")->required();
+  c.clock->add_option("-o,--output", o.clock.output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+
+  c.status = app->add_subcommand("status", "show a running agent's /status");
+  c.status->add_option("--admin", o.status.admin, "the agent's admin_listen address (host:port)");
+  c.status->add_option("-o,--output", o.status.output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+
+  app->set_version_flag("--version", versionLine);
+  return app;
+}
+
+std::optional<int> answerHelpOrUnknown(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
+  const std::string word = argv[1];
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (word == "help") {
+    std::cout << app.help();
+    return 0;
+  }
+  if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
+  std::vector<size_t> distance;
+  for (const auto& n : names) distance.push_back(editDistance(word, n));
+  const size_t best = *std::min_element(distance.begin(), distance.end());
+  std::string close;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (distance[i] == best && best <= 2) close += (close.empty() ? "" : " or ") + names[i];
+  }
+  std::string all;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  std::cerr << "xdcr-agent: unknown command \"" << word << "\""
+            << (close.empty() ? "" : "; did you mean " + close + "?") << "\ncommands: " << all
+            << ", help; xdcr-agent --help for the options\n";
+  return 2;  // a usage error, as for a bad option
+}
+
+}  // namespace xdcr::cli
