@@ -9,6 +9,13 @@
 #           Note: on a machine booted with systemd, Debian's chrony package enables its own
 #           chronyd service (and replaces systemd-timesyncd) — it keeps the clock synchronised
 #           like any NTP client. The tests never use that daemon; they run their own, with -x.
+#           prometheus: its promtool checks and unit-tests the shipped alert rules, and jq reads the
+#           Grafana dashboard (tests/packaging/monitoring_test.sh). Debian's prometheus package
+#           likewise enables a prometheus service (port 9090) on a machine booted with systemd;
+#           the tests only run promtool (`systemctl disable --now prometheus` if unwanted).
+#   --render  also chromium and prometheus: scripts/render-dashboard.sh draws docs/dashboard.png
+#           with a headless chromium against a Prometheus that scrapes a running agent. Not
+#           needed by the build or the tests. The two options can be given together.
 set -euo pipefail
 
 PACKAGES=(
@@ -22,9 +29,15 @@ PACKAGES=(
   # the clusters the tests and the demo run on
   redis-server redis-tools
 )
-if [ "${1:-}" = "--test" ]; then
-  PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14 clang-format clang-tidy)
-fi
+for opt in "$@"; do
+  case $opt in
+    --test)
+      PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14 clang-format clang-tidy
+        prometheus jq) ;;
+    --render) PACKAGES+=(chromium prometheus) ;;
+    *) echo "install-deps: unknown option '$opt' (--test, --render)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -17,7 +17,9 @@ check "package named xdcr-agent" bash -c "dpkg-deb -f '$deb' Package | grep -qx 
 check "dependencies computed from the binary" bash -c "dpkg-deb -f '$deb' Depends | grep -q libyaml-cpp"
 dpkg-deb -x "$deb" "$tmp/root"
 for f in usr/bin/xdcr-agent usr/lib/systemd/system/xdcr-agent.service \
-         usr/share/doc/xdcr-agent/examples/demo.yaml usr/share/doc/xdcr-agent/README.md; do
+         usr/share/doc/xdcr-agent/examples/demo.yaml usr/share/doc/xdcr-agent/README.md \
+         usr/share/xdcr-agent/prometheus/xdcr-agent.rules.yml \
+         usr/share/xdcr-agent/grafana/xdcr-agent.dashboard.json; do
   check "contains /$f" test -f "$tmp/root/$f"
 done
 check "version runs" bash -c "'$tmp/root/usr/bin/xdcr-agent' version | grep -q '^xdcr-agent '"
