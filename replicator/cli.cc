@@ -43,45 +43,85 @@ std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
       "xdcr-agent: replicates expiring documents between clusters", "xdcr-agent");
   app->require_subcommand(1);
   app->fallthrough();  // --log-level / --log-format also after the subcommand
-  app->add_option("--log-level", o.log_level, "trace|debug|info|warn|error (overrides the file)")
+  app->add_option("--log-level", o.log_level, "log level (overrides the file)")
+      ->type_name("LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-  app->add_option("--log-format", o.log_format, "text|json (overrides the file)")
+  app->add_option("--log-format", o.log_format, "log format (overrides the file)")
+      ->type_name("FORMAT")
       ->check(CLI::IsMember({"text", "json"}));
 
   c.run = app->add_subcommand("run", "run every pipeline of the config until SIGTERM/SIGINT");
-  c.run->add_option("-c,--config", o.run.config_path, "config file")->required();
+  c.run->add_option("-c,--config", o.run.config_path, "config file")->required()->type_name("FILE");
+  c.run->footer(
+      "Exit status: 0 after draining on SIGTERM/SIGINT; 78 an invalid configuration; 75 another "
+      "agent holds agent.state_dir; 1 a fatal error.");
 
   c.validate = app->add_subcommand("validate", "check a config file without connecting");
-  c.validate->add_option("-c,--config", o.validate.config_path, "config file")->required();
+  c.validate->add_option("-c,--config", o.validate.config_path, "config file")
+      ->required()
+      ->type_name("FILE");
   c.validate->add_flag("--no-environment", o.validate.no_environment,
                        "do not check environment variables and secret files");
+  c.validate->footer("Exit status: 0 valid; 78 invalid (every error is listed).");
 
   c.version = app->add_subcommand("version", "print version, git revision and build type");
 
   auto& v = o.verify;
   c.verify = app->add_subcommand("verify",
                                  "compare a pipeline's source and target: keys, values, deadlines");
-  c.verify->add_option("-c,--config", v.config_path, "config file")->required();
-  c.verify->add_option("-p,--pipeline", v.verify.pipeline, "pipeline name")->required();
-  c.verify->add_option("--ttl-tolerance", v.ttl_tolerance, "deadline tolerance (default 1s)");
-  c.verify->add_option("--sample", v.verify.sample, "check about N keys instead of all");
-  c.verify->add_option("--rate", v.verify.rate, "keys per second at most (default 5000)");
-  c.verify->add_option("--rechecks", v.verify.rechecks,
-                       "re-read a differing key this many times, a second apart (default 3)");
-  c.verify->add_option("-o,--output", v.output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
+  c.verify->add_option("-c,--config", v.config_path, "config file")->required()->type_name("FILE");
+  c.verify->add_option("-p,--pipeline", v.verify.pipeline, "pipeline name")
+      ->required()
+      ->type_name("NAME");
+  c.verify->add_option("--ttl-tolerance", v.ttl_tolerance, "deadline tolerance (default 1s)")
+      ->type_name("DURATION");
+  c.verify->add_option("--sample", v.verify.sample, "check about N keys instead of all")
+      ->type_name("N");
+  c.verify->add_option("--rate", v.verify.rate, "keys per second at most (default 5000)")
+      ->type_name("N");
+  c.verify
+      ->add_option("--rechecks", v.verify.rechecks,
+                   "re-read a differing key this many times, a second apart (default 3)")
+      ->type_name("N");
+  c.verify->add_option("-o,--output", v.output, "output format")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->type_name("FORMAT");
+  c.verify->footer(
+      "Exit status: 0 in sync; 1 differences; 2 a cluster cannot be reached; 78 an invalid "
+      "configuration or pipeline name.");
 
   c.clock = app->add_subcommand("clock",
                                 "one-shot clock report: NTP, every cluster, every pipeline's skew");
-  c.clock->add_option("-c,--config", o.clock.config_path, "config file")->required();
-  c.clock->add_option("-o,--output", o.clock.output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
+  c.clock->add_option("-c,--config", o.clock.config_path, "config file")
+      ->required()
+      ->type_name("FILE");
+  c.clock->add_option("-o,--output", o.clock.output, "output format")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->type_name("FORMAT");
+  c.clock->footer(
+      "Exit status: 0 every skew within max_skew; 1 a skew beyond it, or a clock that could not "
+      "be read; 2 no NTP majority; 78 an invalid configuration.");
 
   c.status = app->add_subcommand("status", "show a running agent's /status");
-  c.status->add_option("--admin", o.status.admin, "the agent's admin_listen address (host:port)");
-  c.status->add_option("-o,--output", o.status.output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
+  c.status->add_option("--admin", o.status.admin, "the agent's admin_listen address (host:port)")
+      ->type_name("ADDRESS");
+  c.status->add_option("-o,--output", o.status.output, "output format")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->type_name("FORMAT");
+  c.status->footer("Exit status: 0 printed; 2 the agent cannot be reached or answered an error.");
 
+  c.man = app->add_subcommand("man", "print this command line's man page (roff)");
+  c.completion = app->add_subcommand("completion", "print a shell completion script");
+  c.completion->add_option("SHELL", o.completion.shell, "the shell")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}))
+      ->type_name("SHELL");
+
+  // Last: a subcommand copies its parent's footer when it is added.
+  app->footer(
+      "Exit status: 0 success; 78 an invalid configuration (every error is listed); 2 an unknown "
+      "command; 100-127 a bad option or argument (CLI11's codes); a command's own: COMMAND "
+      "--help.");
   app->set_version_flag("--version", versionLine);
   return app;
 }

@@ -39,6 +39,9 @@ struct StatusOptions {
   std::string admin = "127.0.0.1:9464";
   std::string output = "table";
 };
+struct CompletionOptions {
+  std::string shell;  // bash | zsh
+};
 struct Options {
   // Global: also accepted after the subcommand.
   std::string log_level;
@@ -49,6 +52,7 @@ struct Options {
   VerifyCommandOptions verify;
   ClockOptions clock;
   StatusOptions status;
+  CompletionOptions completion;
 };
 
 /** The subcommands' CLI::App objects, for main()'s dispatch (null until buildApp). */
@@ -59,6 +63,8 @@ struct Commands {
   CLI::App* verify = nullptr;
   CLI::App* clock = nullptr;
   CLI::App* status = nullptr;
+  CLI::App* man = nullptr;         // prints the man page (cli_docs.h)
+  CLI::App* completion = nullptr;  // prints a shell completion script
 };
 
 /** What `version` and `--version` print. */
@@ -66,7 +72,11 @@ std::string versionLine();
 
 /**
  * Builds the whole command line. Options are bound by reference into `options`, which must
- * outlive the returned app; `commands` receives the subcommands.
+ * outlive the returned app; `commands` receives the subcommands. The man page and the
+ * completions are generated from it (cli_docs.h): give every option a description and a
+ * type_name() (FILE values are completed with file names), restrict fixed choices with
+ * CLI::IsMember (they are completed and listed), and put a command's exit statuses in its
+ * footer().
  */
 std::unique_ptr<CLI::App> buildApp(Options& options, Commands& commands);
 

@@ -18,6 +18,7 @@
 #include "replicator/admin_server.h"
 #include "replicator/agent.h"
 #include "replicator/cli.h"
+#include "replicator/cli_docs.h"
 #include "replicator/clock_report.h"
 #include "replicator/verify.h"
 
@@ -126,6 +127,15 @@ int main(int argc, char** argv) {
 
   if (commands.version->parsed()) {
     std::printf("%s\n", xdcr::cli::versionLine().c_str());
+    return 0;
+  }
+  if (commands.man->parsed()) {
+    std::cout << xdcr::cli::manPage(*app);
+    return 0;
+  }
+  if (commands.completion->parsed()) {
+    std::cout << (o.completion.shell == "zsh" ? xdcr::cli::zshCompletion(*app)
+                                              : xdcr::cli::bashCompletion(*app));
     return 0;
   }
   if (commands.status->parsed()) {

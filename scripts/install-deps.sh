@@ -13,6 +13,9 @@
 #           Grafana dashboard (tests/packaging/monitoring_test.sh). Debian's prometheus package
 #           likewise enables a prometheus service (port 9090) on a machine booted with systemd;
 #           the tests only run promtool (`systemctl disable --now prometheus` if unwanted).
+#           zsh and man-db: the generated completions run in a real zsh and the man page is
+#           rendered with warnings on (tests/packaging/cli_docs_test.sh); systemd: systemd-analyze
+#           verifies the unit and rates its sandbox (tests/packaging/unit_test.sh).
 #   --render  also chromium and prometheus: scripts/render-dashboard.sh draws docs/dashboard.png
 #           with a headless chromium against a Prometheus that scrapes a running agent. Not
 #           needed by the build or the tests. The two options can be given together.
@@ -33,7 +36,7 @@ for opt in "$@"; do
   case $opt in
     --test)
       PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14 clang-format clang-tidy
-        prometheus jq) ;;
+        prometheus jq zsh man-db systemd) ;;
     --render) PACKAGES+=(chromium prometheus) ;;
     *) echo "install-deps: unknown option '$opt' (--test, --render)" >&2; exit 2 ;;
   esac
