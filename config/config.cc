@@ -361,6 +361,8 @@ std::string Secret::describe() const {
       return "{env: " + ref + "}";
     case Kind::File:
       return "{file: " + ref + "}";
+    case Kind::Credential:
+      return "{credential: " + ref + "}";
   }
   return "";
 }

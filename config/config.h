@@ -39,19 +39,20 @@ enum class LogFormat { Text, Json };
 enum class SkewAction { Warn, Pause, Compensate };
 
 /**
- * A secret: a plain string, `{env: NAME}` or `{file: PATH}` in YAML. `value` holds the resolved
- * secret (empty when not resolved, e.g. `validate --no-environment`). Never print `value`; print
- * `describe()` instead.
+ * A secret: a plain string, `{env: NAME}`, `{file: PATH}` or `{credential: NAME}` (the file
+ * NAME in $CREDENTIALS_DIRECTORY, which systemd's LoadCredential=NAME:PATH fills) in YAML.
+ * `value` holds the resolved secret (empty when not resolved, e.g. `validate --no-environment`).
+ * Never print `value`; print `describe()` instead.
  */
 struct Secret {
-  enum class Kind { None, Plain, Env, File };
+  enum class Kind { None, Plain, Env, File, Credential };
   Kind kind = Kind::None;
-  std::string ref;    // the variable name or file path (empty for Plain)
+  std::string ref;    // the variable name, file path or credential name (empty for Plain)
   std::string value;  // the secret itself
   Mark mark;
 
   bool present() const { return kind != Kind::None; }
-  /** "<redacted>", "{env: NAME}", "{file: PATH}" or "" — safe to log. */
+  /** "<redacted>", "{env: NAME}", "{file: PATH}", "{credential: NAME}" or "" — safe to log. */
   std::string describe() const;
 };
 

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -33,6 +34,9 @@
 
 #include "config/config.h"
 #include "config/internal.h"
+
+#include <pwd.h>
+#include <unistd.h>
 
 namespace xdcr::config::internal {
 namespace {
@@ -583,6 +587,62 @@ std::optional<std::string> readWholeFile(const std::string& path, std::string& w
   return text;
 }
 
+/** "user NAME (uid N)": who the agent runs as, for messages about files it cannot read or write. */
+std::string runningUser() {
+  const uid_t uid = ::geteuid();
+  const struct passwd* pw = ::getpwuid(uid);  // NOLINT(concurrency-mt-unsafe): at load, once
+  return "user " + std::string(pw != nullptr ? pw->pw_name : "?") + " (uid " + std::to_string(uid) +
+         ")";
+}
+
+/** A secret file's contents without the final newline editors and `echo` add. */
+void stripFinalNewline(std::string& text) {
+  if (!text.empty() && text.back() == '\n') {
+    text.pop_back();
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+  }
+}
+
+/**
+ * {credential: NAME}: $CREDENTIALS_DIRECTORY/NAME, the file systemd's LoadCredential= (or
+ * SetCredential=, LoadCredentialEncrypted=) gives the service, readable by its DynamicUser.
+ */
+void readCredential(const Entry& entry, const Entry& credential, const std::string& name,
+                    Secret& secret, Diagnostics& diags) {
+  const std::string unit_line = "LoadCredential=" + name + ":/etc/xdcr-agent/" + name;
+  const char* dir = std::getenv("CREDENTIALS_DIRECTORY");  // NOLINT(concurrency-mt-unsafe)
+  if (dir == nullptr || *dir == '\0') {
+    diags.error(credential.value_mark,
+                entry.key + " {credential: " + name +
+                    "}: CREDENTIALS_DIRECTORY is not set, so there are no systemd credentials "
+                    "(the agent was not started by systemd with one); put the secret in "
+                    "/etc/xdcr-agent/" +
+                    name + " (root-owned, mode 0600) and add \"" + unit_line +
+                    "\" to the unit's [Service] section (systemctl edit xdcr-agent), or outside "
+                    "systemd use {env: NAME} or {file: PATH}");
+    return;
+  }
+  const std::string path = std::string(dir) + "/" + name;
+  std::string why;
+  auto contents = readWholeFile(path, why);
+  if (!contents) {
+    diags.error(credential.value_mark,
+                entry.key + " {credential: " + name + "}: cannot read " + path + ": " + why +
+                    "; the unit passes no credential " + quote(name) + ": add \"" + unit_line +
+                    "\" to its [Service] section (systemctl edit xdcr-agent), with the secret in "
+                    "/etc/xdcr-agent/" +
+                    name);
+    return;
+  }
+  stripFinalNewline(*contents);
+  if (contents->empty()) {
+    diags.error(credential.value_mark, entry.key + " {credential: " + name + "}: " + path +
+                                           " is empty; write the " + entry.key +
+                                           " into the file LoadCredential= names");
+  }
+  secret.value = std::move(*contents);
+}
+
 // Messages here name the variable or file, never the value: they end up in logs.
 Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diags) {
   Secret secret;
@@ -591,7 +651,7 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
   if (node.IsScalar()) {
     if (node.Scalar().empty()) {
       diags.error(entry.value_mark, entry.key + " is empty; remove the key for no " + entry.key +
-                                        ", or use {env: NAME} or {file: PATH}");
+                                        ", or use {env: NAME}, {file: PATH} or {credential: NAME}");
       return secret;
     }
     secret.kind = Secret::Kind::Plain;
@@ -599,24 +659,42 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
     return secret;
   }
   if (!node.IsMap()) {
-    diags.error(
-        entry.value_mark,
-        entry.key + " must be a string, {env: NAME} or {file: PATH}, not " + describeNode(node));
+    diags.error(entry.value_mark,
+                entry.key +
+                    " must be a string, {env: NAME}, {file: PATH} or {credential: NAME}, not " +
+                    describeNode(node));
     return secret;
   }
-  MapReader reader(node, "in " + entry.key, {"env", "file"}, diags);
+  MapReader reader(node, "in " + entry.key, {"env", "file", "credential"}, diags);
   const Entry* env = reader.find("env");
   const Entry* file = reader.find("file");
-  if (env != nullptr && file != nullptr) {
-    diags.error(reader.mark(), entry.key + " takes either env or file, not both; keep one");
+  const Entry* credential = reader.find("credential");
+  const int given = (env != nullptr) + (file != nullptr) + (credential != nullptr);
+  if (given > 1) {
+    diags.error(reader.mark(),
+                entry.key + " takes one of env, file or credential, not several; keep one");
     return secret;
   }
-  if (env == nullptr && file == nullptr) {
+  if (given == 0) {
     if (!reader.hadUnknown()) {
       diags.error(reader.mark(), entry.key +
-                                     " must be {env: NAME} or {file: PATH}; add one of "
-                                     "them");
+                                     " must be {env: NAME}, {file: PATH} or {credential: NAME}; "
+                                     "add one of them");
     }
+    return secret;
+  }
+  if (credential != nullptr) {
+    auto name = readNonEmpty(*credential, "name the credential (LoadCredential=NAME:PATH)", diags);
+    if (!name) return secret;
+    if (name->find('/') != std::string::npos || *name == "." || *name == "..") {
+      diags.error(credential->value_mark,
+                  "credential name " + quote(*name) +
+                      " is not a file name; use the NAME of LoadCredential=NAME:PATH (no '/')");
+      return secret;
+    }
+    secret.kind = Secret::Kind::Credential;
+    secret.ref = *name;
+    if (ctx.resolve_environment) readCredential(entry, *credential, *name, secret, diags);
     return secret;
   }
   if (env != nullptr) {
@@ -657,16 +735,17 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
       if (resolved != *path) {
         shown += " (" + resolved + ")";
       }
-      diags.error(file->value_mark, "cannot read " + entry.key + " file " + shown + ": " + why +
-                                        "; create it or fix the path");
+      diags.error(file->value_mark,
+                  "cannot read " + entry.key + " file " + shown + " as " + runningUser() + ": " +
+                      why +
+                      "; create it or fix the path, or under systemd pass it as a credential: "
+                      "LoadCredential=NAME:" +
+                      resolved +
+                      " in the unit and {credential: NAME} "
+                      "here (a DynamicUser= service cannot read a root-owned 0600 file)");
     } else {
       // Editors and `echo` add a final newline that is never part of the password.
-      if (!contents->empty() && contents->back() == '\n') {
-        contents->pop_back();
-        if (!contents->empty() && contents->back() == '\r') {
-          contents->pop_back();
-        }
-      }
+      stripFinalNewline(*contents);
       if (contents->empty()) {
         diags.error(file->value_mark, entry.key + " file " + quote(*path) +
                                           " is empty; write the " + entry.key +
@@ -676,6 +755,39 @@ Secret readSecret(const Entry& entry, const ParseContext& ctx, Diagnostics& diag
     }
   }
   return secret;
+}
+
+/**
+ * `run` creates agent.state_dir if needed and writes its checkpoints there: a directory it cannot
+ * create or write (a read-only file system under systemd's ProtectSystem=strict, a directory of
+ * another user) is an error now, at validate and before run starts, not a failure of run that a
+ * restart loop repeats. Nothing is created here.
+ */
+void checkStateDir(const std::string& dir, Mark mark, Diagnostics& diags) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path existing = fs::path(dir);
+  while (!existing.empty() && !fs::exists(existing, ec) && !ec) {
+    existing = existing.parent_path();
+  }
+  std::string why;
+  if (ec) {
+    why = "cannot look at " + existing.string() + ": " + ec.message();
+  } else if (existing.empty()) {
+    why = "no part of the path exists";
+  } else if (!fs::is_directory(existing, ec)) {
+    why = existing.string() + " is not a directory";
+  } else if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    const int err = errno;
+    why = (existing == fs::path(dir) ? "cannot write " : "cannot create it in ") +
+          existing.string() + ": " + std::strerror(err);
+  }
+  if (why.empty()) return;
+  diags.error(mark, "agent.state_dir " + quote(dir) + " cannot be created or written as " +
+                        runningUser() + ": " + why +
+                        "; under systemd the unit's StateDirectory=xdcr-agent gives the agent "
+                        "/var/lib/xdcr-agent: set agent.state_dir: /var/lib/xdcr-agent; "
+                        "elsewhere choose a directory this user can write");
 }
 
 // ---- Sections -----------------------------------------------------------------------------
@@ -1547,6 +1659,16 @@ void parseRoot(const YAML::Node& root, const ParseContext& ctx, ParsedConfig& ou
   }
   // The default state_dir is relative too, so resolve after parsing, whatever its origin.
   out.config.agent.state_dir = resolvePath(ctx, out.config.agent.state_dir);
+  if (ctx.check_files) {
+    Mark mark = out.root;
+    // (A const lookup of a missing key gives an invalid node: test it before using it.)
+    const YAML::Node agent_node = root["agent"];
+    if (agent_node && agent_node.IsMap()) {
+      const YAML::Node state_dir_node = agent_node["state_dir"];
+      if (state_dir_node) mark = markOf(state_dir_node);
+    }
+    checkStateDir(out.config.agent.state_dir, mark, diags);
+  }
   if (const Entry* e = reader.get("clock")) {
     parseClock(*e, ctx, out.config.clock, diags);
   }

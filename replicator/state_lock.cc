@@ -16,6 +16,11 @@
 namespace xdcr::replicator {
 namespace {
 
+/** What to do about a state directory this user cannot create or write (as validate says). */
+constexpr const char* kStateDirHint =
+    "under systemd the unit's StateDirectory=xdcr-agent gives the agent /var/lib/xdcr-agent: set "
+    "agent.state_dir: /var/lib/xdcr-agent; elsewhere choose a directory this user can write";
+
 /** The PID the holder wrote, or "unknown": it may hold the lock and not have written it yet. */
 std::string holderPid(int fd) {
   for (int attempt = 0; attempt < 10; ++attempt) {
@@ -39,17 +44,17 @@ int StateDirLock::acquire(const std::string& state_dir) {
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   if (ec) {
-    spdlog::critical("cannot create agent.state_dir {}: {}; check its path and permissions",
-                     state_dir, ec.message());
-    return 1;
+    spdlog::critical("cannot create agent.state_dir {}: {}; {}", state_dir, ec.message(),
+                     kStateDirHint);
+    return kExitStateDirUnusable;
   }
   const std::string path = (std::filesystem::path(state_dir) / "agent.lock").string();
   // No O_TRUNC: the file may hold the PID of the agent that has the lock.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    spdlog::critical("cannot open the lock file {}: {}; check the permissions of agent.state_dir",
-                     path, std::strerror(errno));
-    return 1;
+    spdlog::critical("cannot create the lock file {} in agent.state_dir: {}; {}", path,
+                     std::strerror(errno), kStateDirHint);
+    return kExitStateDirUnusable;
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

@@ -12,6 +12,11 @@ namespace xdcr::replicator {
 
 /** Exit status of `run` when another agent holds the state directory (EX_TEMPFAIL). */
 inline constexpr int kExitStateDirInUse = 75;
+/**
+ * Exit status of `run` when agent.state_dir cannot be created or written (EX_CONFIG, as for an
+ * invalid file: a restart does not help; the unit's RestartPreventExitStatus=78 stops the loop).
+ */
+inline constexpr int kExitStateDirUnusable = 78;
 
 class StateDirLock {
  public:
@@ -24,7 +29,8 @@ class StateDirLock {
    * Creates `state_dir` if needed and locks <state_dir>/agent.lock (without waiting), writing
    * this process's PID into it. Returns 0, or logs one error line and returns the exit status:
    * kExitStateDirInUse when another process holds the lock (the message names the directory and
-   * the holder's PID), 1 when the directory or the file cannot be created, opened or locked.
+   * the holder's PID), kExitStateDirUnusable when the directory or the lock file cannot be
+   * created or opened (the message suggests StateDirectory=), 1 when it cannot be locked.
    */
   int acquire(const std::string& state_dir);
 

@@ -7,6 +7,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -44,6 +45,12 @@ std::vector<std::string> errorsOf(const LoadResult& result) {
 
 std::vector<std::string> warningsOf(const LoadResult& result) {
   return formatAll(result, Diagnostic::Severity::Warning);
+}
+
+/** This process's user name, as secret-file messages name it. */
+std::string userName() {
+  const struct passwd* pw = ::getpwuid(::geteuid());
+  return pw != nullptr ? pw->pw_name : "?";
 }
 
 /** Sets an environment variable for the lifetime of the object. */
@@ -377,8 +384,13 @@ pipelines:
   EXPECT_FALSE(result.ok());
   EXPECT_THAT(errorsOf(result),
               ElementsAre(path + ":4:22: error: cannot read password file \"missing.pass\" (" +
+                          (dir.path() / "missing.pass").string() + ") as user " + userName() +
+                          " (uid " + std::to_string(::geteuid()) +
+                          "): No such file or directory; create it or fix the path, or under "
+                          "systemd pass it as a credential: LoadCredential=NAME:" +
                           (dir.path() / "missing.pass").string() +
-                          "): No such file or directory; create it or fix the path"));
+                          " in the unit and {credential: NAME} here (a DynamicUser= service "
+                          "cannot read a root-owned 0600 file)"));
 }
 
 TEST(config, NoEnvironmentSkipsSecrets) {
@@ -404,13 +416,18 @@ pipelines:
   // The same file with resolution on: both secrets are errors, neither leaks a value.
   LoadResult resolved = loadConfigString(yaml, kFile);
   EXPECT_FALSE(resolved.ok());
-  EXPECT_THAT(errorsOf(resolved),
-              ElementsAre("t.yaml:4:21: error: environment variable \"XDCR_TEST_UNSET_VAR\" is "
-                          "not set; export it before starting the agent (or check the file with "
-                          "validate --no-environment)",
-                          "t.yaml:7:22: error: cannot read password file "
-                          "\"/nonexistent/xdcr/secret\": No such file or directory; create it or "
-                          "fix the path"));
+  EXPECT_THAT(
+      errorsOf(resolved),
+      ElementsAre("t.yaml:4:21: error: environment variable \"XDCR_TEST_UNSET_VAR\" is "
+                  "not set; export it before starting the agent (or check the file with "
+                  "validate --no-environment)",
+                  "t.yaml:7:22: error: cannot read password file \"/nonexistent/xdcr/secret\" as "
+                  "user " +
+                      userName() + " (uid " + std::to_string(::geteuid()) +
+                      "): No such file or directory; create it or fix the path, or under "
+                      "systemd pass it as a credential: LoadCredential=NAME:/nonexistent/xdcr/"
+                      "secret in the unit and {credential: NAME} here (a DynamicUser= service "
+                      "cannot read a root-owned 0600 file)"));
 }
 
 TEST(config, UnreadableConfigFile) {
@@ -1216,7 +1233,7 @@ pipelines:
   - {name: p, source: a, target: b}
 )",
                     "t.yaml:6:24: error: sentinel_password is empty; remove the key for no "
-                    "sentinel_password, or use {env: NAME} or {file: PATH}"},
+                    "sentinel_password, or use {env: NAME}, {file: PATH} or {credential: NAME}"},
         InvalidCase{"ZeroLinkTimeout", R"(clusters:
   a:
     address: 127.0.0.1:7001

@@ -177,6 +177,31 @@ TEST_F(StartupTest, AClusterUnreachableAtStartDoesNotStopTheAgent) {
   EXPECT_TRUE(agent.terminate().success()) << agent.logTail();
 }
 
+// Issue 18, finding 5: a state_dir the agent cannot create (under systemd: the example's
+// ./xdcr-state beside /etc/xdcr-agent/xdcr.yaml on a file system ProtectSystem=strict makes
+// read-only) passed validate, then run exited 1 and systemd restarted it in a loop. Now both say
+// which directory and what to do, with 78 (the unit's RestartPreventExitStatus).
+TEST_F(StartupTest, AStateDirThatCannotBeCreatedIsRefusedByValidateAndRunWith78) {
+  const std::string blocker = dir_.file("blocker");
+  writeFileText(blocker, "a file where the state directory's parent should be");
+  const std::string config = dir_.file("xdcr.yaml");
+  writeFileText(config, "agent: {state_dir: \"" + blocker + "/state\"}\nclusters:\n" +
+                            clusterLine("a", "127.0.0.1:1") + clusterLine("b", "127.0.0.1:2") +
+                            "pipelines:\n  - {name: p, source: a, target: b}\n");
+  for (const std::string command : {"validate", "run"}) {
+    const AgentCommandResult r =
+        runAgentCommand({command, "-c", config}, dir_.file(command + ".out"), kCommandTimeout);
+    EXPECT_EQ(r.exit_code, 78) << command << ":\n" << r.output;
+    EXPECT_NE(r.output.find("agent.state_dir \"" + blocker +
+                            "/state\" cannot be created or written as user "),
+              std::string::npos)
+        << command << ":\n"
+        << r.output;
+    EXPECT_NE(r.output.find(blocker + " is not a directory"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("StateDirectory=xdcr-agent"), std::string::npos) << r.output;
+  }
+}
+
 // Issue 18, finding 7: `--version`, `help` and a mistyped command all printed "A subcommand is
 // required". Now: the version, the help, and the closest command(s) with the list (exit 2).
 TEST(Cli, VersionHelpAndAMistypedCommandAreAnswered) {
