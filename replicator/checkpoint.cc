@@ -75,6 +75,56 @@ uint64_t newGeneration() {
 
 }  // namespace
 
+Result<int64_t> lastFullSyncBoundMs(const std::string& state_dir, const std::string& pipeline) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::directory_iterator it(state_dir, ec);
+  if (ec) {
+    return fail(
+        Error::storage(fmt::format("cannot read agent.state_dir {}: {}", state_dir, ec.message())));
+  }
+  // This pipeline's instances: "<pipeline>" and, with a Redis Cluster source, "<pipeline>@<id>".
+  auto instanceFile = [&](const std::string& name, std::string_view ext) {
+    if (name.size() <= ext.size() || name.compare(name.size() - ext.size(), ext.size(), ext) != 0) {
+      return false;
+    }
+    const std::string instance = name.substr(0, name.size() - ext.size());
+    return instance == pipeline || instance.rfind(pipeline + "@", 0) == 0;
+  };
+  int64_t latest = -1;
+  for (const fs::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    if (instanceFile(name, ".fullsync-keys")) {
+      return fail(Error::storage(
+          fmt::format("a full sync of pipeline {} is under way or was interrupted ({})", pipeline,
+                      e.path().string())));
+    }
+    if (!instanceFile(name, ".ckpt")) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string head(4096, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(in.gcount()));
+    const size_t nl = head.find('\n', kMagic.size());
+    if (head.compare(0, kMagic.size(), kMagic) != 0 || nl == std::string::npos) {
+      return fail(Error::storage(fmt::format("checkpoint {} has no header", e.path().string())));
+    }
+    try {
+      Checkpoint cp;
+      parseHeader(std::string_view(head).substr(kMagic.size(), nl - kMagic.size()), cp);
+      latest = std::max(latest, cp.written_at_ms);
+    } catch (const std::exception& ex) {
+      return fail(Error::storage(
+          fmt::format("checkpoint {} has a damaged header ({})", e.path().string(), ex.what())));
+    }
+  }
+  if (latest < 0) {
+    return fail(Error::storage(fmt::format(
+        "no checkpoint of pipeline {} in agent.state_dir {}: no full sync has finished there",
+        pipeline, state_dir)));
+  }
+  return latest;
+}
+
 CheckpointStore::CheckpointStore(std::string state_dir, std::string pipeline)
     : dir_(std::move(state_dir)), pipeline_(std::move(pipeline)) {
   path_ = (std::filesystem::path(dir_) / (pipeline_ + ".ckpt")).string();

@@ -107,4 +107,17 @@ class CheckpointStore {
   int journal_fd_ = -1;
 };
 
+/**
+ * For readers beside the agent (`verify`): the latest moment, on this host's wall clock (epoch
+ * ms), at which pipeline `pipeline`'s last full sync can still have written to its target. A
+ * full sync removes the pipeline's checkpoint when it starts and writes a whole image (the base,
+ * `<instance>.ckpt`) at the first checkpoint after its snapshot, once the target acknowledged all
+ * of it; a later base (compaction) is later still. So: the base's `written_at_ms`, the latest
+ * over the instances of a Redis Cluster source (`<pipeline>@<id>.ckpt`). An error (with the
+ * reason) when it cannot be told: no checkpoint (no full sync finished yet, one under way, or
+ * another host's state directory), a full sync's key record present (one under way), a file
+ * that cannot be read.
+ */
+Result<int64_t> lastFullSyncBoundMs(const std::string& state_dir, const std::string& pipeline);
+
 }  // namespace xdcr::replicator

@@ -87,6 +87,10 @@ std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
       ->check(CLI::IsMember({"table", "json"}))
       ->type_name("FORMAT");
   c.verify->footer(
+      "Under a target max_ttl, a source key absent on the target counts as missing unless its "
+      "copy has provably expired: the source key idle (OBJECT IDLETIME) and the pipeline's last "
+      "full sync (its checkpoint in agent.state_dir: run verify on the agent's host) both over "
+      "max_ttl + tolerance ago; such keys are listed as \"expired\".\n"
       "Exit status: 0 in sync; 1 differences; 2 a cluster cannot be reached; 78 an invalid "
       "configuration or pipeline name.");
 

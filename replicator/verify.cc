@@ -20,6 +20,7 @@
 #include "common/redis_conn.h"
 #include "common/stats.h"
 #include "filters/key_space.h"
+#include "replicator/checkpoint.h"
 #include "replicator/verify_compare.h"
 #include "replicator/verify_side.h"
 #include "source/expiry_index.h"
@@ -33,8 +34,9 @@ namespace net = boost::asio;
 using Cmd = std::vector<std::string>;
 
 constexpr auto kTimeout = std::chrono::seconds(10);
-constexpr size_t kBatch = 100;  // keys per pipelined round trip (per side)
-constexpr size_t kMaxExamples = 20;
+constexpr size_t kBatch = 100;              // keys per pipelined round trip (per side)
+constexpr size_t kMaxExamples = 20;         // differences
+constexpr size_t kMaxExpiredExamples = 10;  // keys max_ttl has provably ended
 constexpr size_t kElementsPerRound = 1000;  // vector set elements (VEMB + VGETATTR) per round trip
 
 using verify::FieldTtlSupport;
@@ -54,6 +56,8 @@ const char* verdictName(Verdict v) {
       return "ttl";
     case Verdict::FieldTtl:
       return "field-ttl";
+    case Verdict::EndedByMaxTtl:
+      return "expired";
     default:
       return "ok";
   }
@@ -68,11 +72,19 @@ struct KeyState {
   // this side could say (a server without field TTLs: all none); else not compared.
   bool fields_read = false;
   std::vector<int64_t> field_deadlines;
+  // The source, where a target maxTTL applies: OBJECT IDLETIME, read before the value (which
+  // touches the key); -1 unreadable, with the reason.
+  int64_t idle_s = -1;
+  std::string idle_error;
 };
 
 struct KeyRef {
   int src_db, dst_db;
   std::string key, dst_key;
+  // The source key's idle time as read in the first round (a recheck's reads come after
+  // verify's own, which reset it on a server without CLIENT NO-TOUCH); -2 not read yet.
+  int64_t idle_s = -2;
+  std::string idle_error;
 };
 
 /** The commands that read a whole value of `type` (none for none). A vector set (Redis 8): its
@@ -141,7 +153,8 @@ class Verifier {
  private:
   net::awaitable<Result<std::vector<KeyState>>> readStates(VerifySide& side,
                                                            FieldTtlSupport& fields, int db,
-                                                           const std::vector<std::string>& keys);
+                                                           const std::vector<std::string>& keys,
+                                                           bool idle = false);
   net::awaitable<Status> checkBatch(std::vector<KeyRef>& batch);
   net::awaitable<Status> countExtra();
   net::awaitable<void> pace(size_t keys);
@@ -171,15 +184,24 @@ class Verifier {
 
   uint64_t checked_ = 0, missing_ = 0, values_ = 0, ttls_ = 0, field_ttls_ = 0, extra_ = 0;
   uint64_t ended_by_max_ttl_ = 0, source_gone_ = 0;
-  std::vector<nlohmann::json> examples_;
+  std::vector<nlohmann::json> examples_, expired_examples_;
+  // When the pipeline's last full sync wrote to the target at the latest (this host's clock),
+  // from its checkpoint in agent.state_dir; -1 unknown, with the reason.
+  int64_t full_sync_bound_ms_ = -1;
+  std::string full_sync_unknown_;
 };
 
 net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
-    VerifySide& side, FieldTtlSupport& fields, int db, const std::vector<std::string>& keys) {
+    VerifySide& side, FieldTtlSupport& fields, int db, const std::vector<std::string>& keys,
+    bool idle) {
+  // TYPE, PEXPIRETIME and OBJECT touch no key; the value commands below do (unless CLIENT
+  // NO-TOUCH), so the idle time is read here, before them.
+  const size_t per_key = idle ? 3 : 2;
   std::vector<Cmd> first;
   for (const auto& k : keys) {
     first.push_back({"TYPE", k});
     first.push_back({"PEXPIRETIME", k});
+    if (idle) first.push_back({"OBJECT", "IDLETIME", k});
   }
   auto r1 = co_await side.callKeyed(db, first);
   if (!r1) co_return fail(r1.error());
@@ -187,8 +209,19 @@ net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
   std::vector<Cmd> second;
   std::vector<size_t> which;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const auto& type = (*r1)[2 * i];
-    const auto& ttl = (*r1)[2 * i + 1];
+    const auto& type = (*r1)[per_key * i];
+    const auto& ttl = (*r1)[per_key * i + 1];
+    if (idle) {
+      // An LFU maxmemory-policy: "ERR An LFU maxmemory policy is selected, idle time not
+      // tracked..."; a user without +object|idletime: NOPERM.
+      const auto& it = (*r1)[per_key * i + 2];
+      if (it.type == resp::ReplyType::Integer && it.integer >= 0) {
+        out[i].idle_s = it.integer;
+      } else {
+        out[i].idle_error = fmt::format("{}: OBJECT IDLETIME: {}", side.label(),
+                                        it.isError() ? it.str : std::string("no such key"));
+      }
+    }
     if (type.isError()) {
       co_return fail(Error::refused(fmt::format("{}: TYPE: {}", side.label(), type.str)));
     }
@@ -335,7 +368,21 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
   if (s.type == "none") return Verdict::SourceGone;
   const int64_t max_ttl = policy_.effectiveMs(k.dst_db, k.dst_key);
   if (t.type == "none") {
-    if (max_ttl > 0) return Verdict::EndedByMaxTtl;
+    if (max_ttl > 0) {
+      // Only an expiry the rules prove is no difference (verify_compare.h, judgeAbsence).
+      verify::AbsenceEvidence e;
+      e.max_ttl_ms = max_ttl;
+      e.tolerance_ms = rules_.tolerance_ms;
+      e.idle_s = k.idle_s >= 0 ? k.idle_s : -1;
+      e.idle_unreadable = k.idle_error;
+      if (full_sync_bound_ms_ >= 0) {
+        e.since_full_sync_ms = std::max<int64_t>(0, local_clock_.nowMs() - full_sync_bound_ms_);
+      }
+      e.full_sync_unknown = full_sync_unknown_;
+      const verify::AbsenceVerdict a = verify::judgeAbsence(e);
+      detail = fmt::format("a {} on the source, {}", s.type, a.detail);
+      return a.expired ? Verdict::EndedByMaxTtl : Verdict::Missing;
+    }
     detail = fmt::format("a {} on the source, absent on the target", s.type);
     return Verdict::Missing;
   }
@@ -396,14 +443,18 @@ void Verifier::report(const KeyRef& k, Verdict v, const std::string& detail) {
     case Verdict::FieldTtl:
       ++field_ttls_;
       break;
+    case Verdict::EndedByMaxTtl:
+      ++ended_by_max_ttl_;
+      break;
     default:
       return;
   }
-  if (examples_.size() < kMaxExamples) {
-    examples_.push_back({{"kind", verdictName(v)},
-                         {"source", fmt::format("db{} {}", k.src_db, quote(k.key))},
-                         {"target", fmt::format("db{} {}", k.dst_db, quote(k.dst_key))},
-                         {"detail", detail}});
+  auto& list = v == Verdict::EndedByMaxTtl ? expired_examples_ : examples_;
+  if (list.size() < (v == Verdict::EndedByMaxTtl ? kMaxExpiredExamples : kMaxExamples)) {
+    list.push_back({{"kind", verdictName(v)},
+                    {"source", fmt::format("db{} {}", k.src_db, quote(k.key))},
+                    {"target", fmt::format("db{} {}", k.dst_db, quote(k.dst_key))},
+                    {"detail", detail}});
   }
 }
 
@@ -431,8 +482,19 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
       skeys.push_back(k.key);
       dkeys.push_back(k.dst_key);
     }
-    auto ss = co_await readStates(*src_, src_fields_, pending[0].src_db, skeys);
+    // The source key's idle time, where a maxTTL may end the target's copy first.
+    auto ss = co_await readStates(*src_, src_fields_, pending[0].src_db, skeys, !policy_.empty());
     if (!ss) co_return fail(ss.error());
+    for (size_t i = 0; i < pending.size(); ++i) {
+      KeyRef& k = pending[i];
+      const KeyState& s = (*ss)[i];
+      if (k.idle_s == -2) {
+        k.idle_s = s.idle_s;
+        k.idle_error = s.idle_error;
+      } else if (src_->idleTimesReset().empty() && s.idle_s >= 0 && k.idle_s >= 0) {
+        k.idle_s = std::min(k.idle_s, s.idle_s);  // written since (verify's reads touch nothing)
+      }
+    }
     auto ts = co_await readStates(*dst_, dst_fields_, pending[0].dst_db, dkeys);
     if (!ts) co_return fail(ts.error());
     std::vector<KeyRef> again;
@@ -443,7 +505,7 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
       if (v == Verdict::SourceGone) {
         ++source_gone_;
       } else if (v == Verdict::EndedByMaxTtl) {
-        ++ended_by_max_ttl_;
+        report(pending[i], v, detail);
       } else if (v != Verdict::Ok) {
         if (round < opt_.rechecks) {
           again.push_back(std::move(pending[i]));
@@ -487,6 +549,17 @@ net::awaitable<Status> Verifier::countExtra() {
 }
 
 net::awaitable<int> Verifier::run() {
+  if (!policy_.empty()) {
+    // A copy absent on the target is expired only if its last write is over max_ttl ago: the
+    // source's idle times tell, as long as verify's reads leave them alone.
+    src_->keepIdleTimes();
+    auto bound = lastFullSyncBoundMs(cfg_.agent.state_dir, pipe_.name);
+    if (bound) {
+      full_sync_bound_ms_ = *bound;
+    } else {
+      full_sync_unknown_ = bound.error().message;
+    }
+  }
   for (VerifySide* side : {src_.get(), dst_.get()}) {
     if (auto s = co_await side->connect(); !s) {
       std::cerr << "verify: cannot connect: " << s.error().message << "\n";
@@ -542,7 +615,7 @@ net::awaitable<int> Verifier::run() {
         if (opt_.sample > 0 && checked_ + batch.size() >= opt_.sample) break;
         auto [prefix, rest] = keys_->rewrite(key);
         std::string dst_key = std::string(prefix) + std::string(rest);
-        batch.push_back({db, tdb, std::move(key), std::move(dst_key)});
+        batch.push_back({db, tdb, std::move(key), std::move(dst_key), -2, {}});
         if (batch.size() >= kBatch) {
           const size_t n = batch.size();
           if (auto s = co_await checkBatch(batch); !s) status = s;
@@ -580,6 +653,18 @@ net::awaitable<int> Verifier::run() {
                         {"source_gone", source_gone_},
                         {"skew_shift_ms", shift_ms_},
                         {"examples", examples_}};
+    for (const auto& e : expired_examples_) j["examples"].push_back(e);
+    if (!policy_.empty()) {
+      // What the max_ttl verdicts rest on (only with a max_ttl: the report keeps its shape).
+      nlohmann::json m = {{"source_idle_times_kept", src_->idleTimesReset().empty()}};
+      if (!src_->idleTimesReset().empty()) m["source_idle_times_reset"] = src_->idleTimesReset();
+      if (full_sync_bound_ms_ >= 0) {
+        m["last_full_sync_by_ms"] = full_sync_bound_ms_;
+      } else {
+        m["last_full_sync_unknown"] = full_sync_unknown_;
+      }
+      j["max_ttl_evidence"] = m;
+    }
     if (!fields_unreadable_.empty()) j["field_ttls_not_compared"] = fields_unreadable_;
     if (src_->isCluster() || dst_->isCluster()) {
       // Only with a Redis Cluster side: the standalone report keeps its shape.
@@ -595,19 +680,29 @@ net::awaitable<int> Verifier::run() {
         static_cast<unsigned long long>(checked_), static_cast<unsigned long long>(missing_),
         static_cast<unsigned long long>(values_), static_cast<unsigned long long>(ttls_),
         static_cast<unsigned long long>(extra_), static_cast<unsigned long long>(field_ttls_));
-    for (const auto& e : examples_) {
+    auto print = [](const nlohmann::json& e) {
       std::printf("  %-9s %s -> %s: %s\n", e["kind"].get<std::string>().c_str(),
                   e["source"].get<std::string>().c_str(), e["target"].get<std::string>().c_str(),
                   e["detail"].get<std::string>().c_str());
-    }
+    };
+    for (const auto& e : examples_) print(e);
     if (!fields_unreadable_.empty()) {
       std::printf("verify: hash-field deadlines not compared: %s\n", fields_unreadable_.c_str());
     }
     if (ended_by_max_ttl_ > 0) {
       std::printf(
-          "verify: %llu source key(s) absent on the target where max_ttl may have ended "
-          "them (not counted as missing)\n",
+          "verify: %llu source key(s) absent on the target that max_ttl has ended (last "
+          "touched on the source, and last full sync, over max_ttl + tolerance ago; not "
+          "differences)\n",
           static_cast<unsigned long long>(ended_by_max_ttl_));
+      for (const auto& e : expired_examples_) print(e);
+    }
+    if (!policy_.empty() && !src_->idleTimesReset().empty()) {
+      std::printf(
+          "verify: no CLIENT NO-TOUCH on the source (%s): this run reset the idle times of the "
+          "source keys it read, so a rerun within max_ttl reports such keys absent on the target "
+          "as missing (Redis 7.2+ and Valkey 7.2+ have NO-TOUCH)\n",
+          src_->idleTimesReset().c_str());
     }
     if (redirects.moved + redirects.ask + redirects.busy > 0) {
       std::printf(

@@ -17,8 +17,12 @@
 // other module types by DUMP.
 // A key that differs is read again after a pause (up to --rechecks times): on a live pipeline
 // the target is a little behind, and only differences that persist are reported. With a maxTTL
-// a key may legitimately be gone from the target before it is gone from the source; such keys
-// are counted apart, not as missing.
+// a key may legitimately be gone from the target before it is gone from the source, but only
+// once its copy's clamped deadline has passed: a key absent on the target is "expired" (counted
+// apart, listed with examples) only when the rules prove it — the source key idle (OBJECT
+// IDLETIME, read before its value, with CLIENT NO-TOUCH where the server has it) and the
+// pipeline's last full sync (its checkpoint in agent.state_dir) both over max_ttl + tolerance
+// ago (verify_compare.h, judgeAbsence); otherwise it is missing, a difference.
 //
 // It is meant for production clusters: SCAN with COUNT, pipelined batches, and a rate limit.
 

@@ -36,6 +36,46 @@ std::string quote(const std::string& s) {
   return out + (s.size() > 80 ? "…\"" : "\"");
 }
 
+std::string formatSeconds(int64_t ms) {
+  if (ms % 1000 == 0) return fmt::format("{} s", ms / 1000);
+  return fmt::format("{:.3f} s", static_cast<double>(ms) / 1000.0);
+}
+
+AbsenceVerdict judgeAbsence(const AbsenceEvidence& e) {
+  const int64_t need = e.max_ttl_ms + e.tolerance_ms;
+  const std::string bound = fmt::format("max_ttl {} + tolerance {}", formatSeconds(e.max_ttl_ms),
+                                        formatSeconds(e.tolerance_ms));
+  if (e.idle_s < 0) {
+    return {false, fmt::format("absent on the target; whether max_ttl {} ended its copy cannot be "
+                               "told: the source key's idle time is unreadable ({})",
+                               formatSeconds(e.max_ttl_ms), e.idle_unreadable)};
+  }
+  // IDLETIME counts whole seconds of the server's LRU clock: the last access was more than
+  // idle - 1 s ago.
+  const int64_t since_touch_ms = std::max<int64_t>(0, e.idle_s * 1000 - 1000);
+  if (since_touch_ms < need) {
+    return {false, fmt::format("absent on the target; the source key was last touched {} s ago "
+                               "(OBJECT IDLETIME), under {}, so its copy cannot have expired",
+                               e.idle_s, bound)};
+  }
+  if (e.since_full_sync_ms < 0) {
+    return {false, fmt::format("absent on the target; the source key was last touched {} s ago, "
+                               "but when the pipeline's last full sync wrote its copy is unknown "
+                               "({}), so its expiry cannot be proved",
+                               e.idle_s, e.full_sync_unknown)};
+  }
+  if (e.since_full_sync_ms < need) {
+    return {false, fmt::format("absent on the target; the source key was last touched {} s ago, "
+                               "but the pipeline's last full sync may have written its copy {} "
+                               "ago, under {}, so its copy cannot have expired",
+                               e.idle_s, formatSeconds(e.since_full_sync_ms / 1000 * 1000), bound)};
+  }
+  return {true, fmt::format("absent on the target, expired by max_ttl {}: the source key was last "
+                            "touched {} s ago and the last full sync ended over {} ago",
+                            formatSeconds(e.max_ttl_ms), e.idle_s,
+                            formatSeconds(e.since_full_sync_ms / 1000 * 1000))};
+}
+
 namespace {
 
 bool containsNoCase(std::string_view text, std::string_view word) {

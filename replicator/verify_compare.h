@@ -38,6 +38,40 @@ std::string formatDeadline(int64_t deadline);
 /** `s` quoted for a message: printable ASCII as is, other bytes \xNN, at most 80 bytes. */
 std::string quote(const std::string& s);
 
+// --- a key absent on the target under a max_ttl ------------------------------------------------
+
+/**
+ * What verify knows about a source key whose copy the target lacks, where the target's max_ttl
+ * M > 0 clamps that copy's deadline to (the time the agent wrote it) + M. The agent wrote it
+ * after the key's last write on the source (the stream, by the pipeline's lag) or in a full
+ * sync. The copy has provably expired only when both are at least M (+ the tolerance) ago:
+ *  - the source key's OBJECT IDLETIME, read before verify read its value: the seconds since the
+ *    last access, a read or a write, so a lower bound on the time since its last write; with
+ *    1 s resolution, the last access was more than idle - 1 s ago;
+ *  - the moment the pipeline's last full sync had written all its keys, at the latest: the
+ *    checkpoint image written after it (agent.state_dir).
+ * Anything else (an idle time that cannot be read, no checkpoint) proves nothing: missing.
+ */
+struct AbsenceEvidence {
+  int64_t max_ttl_ms = 0;
+  int64_t tolerance_ms = 0;
+  int64_t idle_s = -1;              // OBJECT IDLETIME of the source key; -1 unreadable
+  std::string idle_unreadable;      // why, when idle_s < 0
+  int64_t since_full_sync_ms = -1;  // now - the latest the last full sync wrote; -1 unknown
+  std::string full_sync_unknown;    // why, when since_full_sync_ms < 0
+};
+
+struct AbsenceVerdict {
+  bool expired = false;  // else missing
+  std::string detail;
+};
+
+/** Expired by max_ttl (not a difference) only when the evidence proves it; else missing. */
+AbsenceVerdict judgeAbsence(const AbsenceEvidence& e);
+
+/** A duration for a message: "3600 s", "2.5 s". */
+std::string formatSeconds(int64_t ms);
+
 // --- hash-field deadlines ----------------------------------------------------------------------
 
 /** What a side can say about field deadlines, learnt from its first HPEXPIRETIME reply. */

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/cluster_slot.h"
+#include "common/resp.h"
 #include "common/sentinel.h"
 #include "replicator/verify_routing.h"
 #include "target/slot_map.h"
@@ -39,7 +40,8 @@ class StandaloneSide final : public VerifySide {
     auto node = co_await sentinel::resolveEndpoint(cc_, timeout_);
     if (!node) co_return fail(node.error());
     Status s = co_await conn_.connect(*node, timeout_);  // TCP, TLS, AUTH
-    co_return s;
+    if (!s) co_return s;
+    co_return co_await afterConnect(conn_, timeout_);
   }
 
   RedisConnection& clockConnection() override { return conn_; }
@@ -187,7 +189,10 @@ class ClusterSide final : public VerifySide {
     std::vector<resp::Value> replies(n);
     std::vector<std::string> keys;
     keys.reserve(n);
-    for (const Cmd& c : commands) keys.push_back(c.size() > 1 ? c[1] : std::string());
+    for (const Cmd& c : commands) {
+      const size_t at = resp::iequals(c[0], "OBJECT") ? 2 : 1;  // OBJECT IDLETIME key
+      keys.push_back(c.size() > at ? c[at] : std::string());
+    }
     std::vector<size_t> pending(n);
     std::iota(pending.begin(), pending.end(), size_t{0});
     std::vector<std::optional<config::NodeAddress>> ask_to(n);
@@ -273,6 +278,7 @@ class ClusterSide final : public VerifySide {
     const RedisEndpoint endpoint = cc_.endpointAt(host, port);
     Status s = co_await conn->connect(endpoint, timeout_);  // TCP, TLS, AUTH
     if (!s) co_return fail(s.error());
+    if (auto t = co_await afterConnect(*conn, timeout_); !t) co_return fail(t.error());
     RedisConnection* raw = conn.get();
     conns_.emplace(address, std::move(conn));
     co_return raw;
@@ -305,6 +311,19 @@ class ClusterSide final : public VerifySide {
 };
 
 }  // namespace
+
+net::awaitable<Status> VerifySide::afterConnect(RedisConnection& conn,
+                                                std::chrono::milliseconds timeout) {
+  if (!no_touch_) co_return Status{};
+  const std::vector<Cmd> cmd = {{"CLIENT", "NO-TOUCH", "ON"}};
+  auto r = co_await conn.callMany(cmd, timeout);
+  if (!r) co_return fail(r.error());
+  // Redis 7.0: "ERR unknown subcommand 'NO-TOUCH'"; a user without +client|no-touch: NOPERM.
+  if ((*r)[0].isError() && touch_reason_.empty()) {
+    touch_reason_ = fmt::format("{}: CLIENT NO-TOUCH ON: {}", conn.label(), (*r)[0].str);
+  }
+  co_return Status{};
+}
 
 std::unique_ptr<VerifySide> VerifySide::make(net::any_io_executor ex,
                                              const config::ClusterConfig& cluster,

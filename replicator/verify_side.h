@@ -62,6 +62,16 @@ class VerifySide {
   virtual bool isCluster() const { return false; }
   virtual Redirections redirections() const { return {}; }
 
+  /**
+   * Every connection of this side (those a cluster opens later too) sends `CLIENT NO-TOUCH ON`
+   * after AUTH (Redis 7.2+, Valkey 7.2+), so that verify's own reads (GET, DUMP, ...) leave the
+   * keys' idle times (OBJECT IDLETIME) as they were. Call before connect(). A server without it
+   * (Redis 7.0) or a user without `+client|no-touch` is no error: idleTimesReset() says so.
+   */
+  void keepIdleTimes() { no_touch_ = true; }
+  /** Why verify's reads reset idle times on this side ("" when every connection is NO-TOUCH). */
+  const std::string& idleTimesReset() const { return touch_reason_; }
+
   /** "source east (127.0.0.1:7001)", "target west (127.0.0.1:7002,127.0.0.1:7003)". */
   virtual const std::string& label() const = 0;
   /** Standalone: TCP, TLS, AUTH. Cluster: the slot map (every slot owned), every master. */
@@ -78,12 +88,21 @@ class VerifySide {
   virtual net::awaitable<Result<std::vector<std::string>>> scanPage(int db, ScanCursor& cursor) = 0;
   /**
    * Runs `commands` in `db` and returns their replies in order. Each command is about one key,
-   * its argument 1 (TYPE k, PEXPIRETIME k, GET k, EXISTS k, ...), which routes it on a cluster.
+   * its argument 1 (TYPE k, PEXPIRETIME k, GET k, EXISTS k, ...; OBJECT's argument 2), which
+   * routes it on a cluster.
    * An error reply is a value (as RedisConnection::callMany); a cluster's redirections are
    * followed, never returned.
    */
   virtual net::awaitable<Result<std::vector<resp::Value>>> callKeyed(
       int db, const std::vector<Cmd>& commands) = 0;
+
+ protected:
+  /** After a connection's AUTH: CLIENT NO-TOUCH ON when keepIdleTimes() asked for it. */
+  net::awaitable<Status> afterConnect(RedisConnection& conn, std::chrono::milliseconds timeout);
+
+ private:
+  bool no_touch_ = false;
+  std::string touch_reason_;
 };
 
 }  // namespace xdcr::replicator

@@ -241,6 +241,34 @@ TEST_F(VerifyClusterTest, ClusterSourceAndStandaloneTarget) {
   }
 }
 
+// Under a target max_ttl verify reads each source key's OBJECT IDLETIME (issue 18, finding 4):
+// on a cluster source it goes to the master owning the key (argument 2, not 1), like the other
+// reads; keys absent on the target, touched just now, are missing, each with its idle time.
+TEST_F(VerifyClusterTest, ClusterSourceIdleTimesUnderATargetMaxTtl) {
+  RedisCluster source(clusterOptions(3));
+  RedisServer target;
+  ClusterClient src = source.client();
+  const std::string config = writeConfig(
+      "max-ttl", clusterYaml(source),
+      "{type: redis, address: \"" + target.address() + "\", buckets: [{db: 0, max_ttl: 1h}]}");
+  constexpr int kAbsent = 60;
+  for (int i = 0; i < kAbsent; ++i) {
+    ASSERT_EQ(src.command({"SET", plainKey(i), "v"}).toString(), "OK");
+  }
+  AgentCommandResult r = verify(config, "max-ttl");
+  ASSERT_TRUE(r.report.is_object()) << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.report.value("missing", -1), kAbsent) << r.output;
+  EXPECT_EQ(r.report.value("ended_by_max_ttl", -1), 0) << r.output;
+  EXPECT_EQ(r.report["redirections"].value("moved", -1), 0) << r.output;
+  ASSERT_TRUE(r.report.contains("examples")) << r.output;
+  for (const auto& e : r.report["examples"]) {
+    EXPECT_NE(e.value("detail", "").find("OBJECT IDLETIME), under max_ttl 3600 s"),
+              std::string::npos)
+        << e.dump();
+  }
+}
+
 TEST_F(VerifyClusterTest, ClusterSourceAndClusterTargetWithAnotherSlotMap) {
   RedisCluster source(clusterOptions(3));
   RedisCluster target(clusterOptions(4));

@@ -229,5 +229,34 @@ TEST_F(CheckpointStoreTest, NoCheckpointAndRemove) {
   EXPECT_FALSE(gone->has_value());
 }
 
+// verify's bound on the last full sync (issue 18, finding 4): the base image's written_at_ms, the
+// latest over a Redis Cluster source's instances; not the journal's; unknown without a base or
+// while a full sync's key record exists.
+TEST_F(CheckpointStoreTest, LastFullSyncBoundIsTheLatestBaseOfThePipeline) {
+  EXPECT_FALSE(lastFullSyncBoundMs(dir_, "p").has_value());  // nothing yet
+  source::ExpiryIndex index;
+  CheckpointStore a(dir_, "p@a"), b(dir_, "p@b"), other(dir_, "q");
+  Checkpoint cp = at(100);
+  ASSERT_TRUE(a.commit(cp, index).has_value());
+  cp.written_at_ms += 5000;
+  ASSERT_TRUE(b.commit(cp, index).has_value());
+  cp.written_at_ms += 60000;
+  ASSERT_TRUE(other.commit(cp, index).has_value());  // another pipeline: not counted
+  Checkpoint later = at(200);
+  later.written_at_ms += 90000;
+  std::vector<Op> ops;
+  ASSERT_TRUE(b.appendDelta(later, ops).has_value());  // a journal record: no full sync
+  auto bound = lastFullSyncBoundMs(dir_, "p");
+  ASSERT_TRUE(bound.has_value()) << bound.error().message;
+  EXPECT_EQ(*bound, 1700000000000 + 5000);
+
+  std::ofstream(fs::path(dir_) / "p@a.fullsync-keys") << "x";
+  bound = lastFullSyncBoundMs(dir_, "p");
+  ASSERT_FALSE(bound.has_value());
+  EXPECT_NE(bound.error().message.find("full sync of pipeline p is under way"), std::string::npos)
+      << bound.error().message;
+  EXPECT_FALSE(lastFullSyncBoundMs(dir_ + "/nowhere", "p").has_value());
+}
+
 }  // namespace
 }  // namespace xdcr::replicator

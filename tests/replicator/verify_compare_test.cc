@@ -234,5 +234,69 @@ TEST(VectorSetTest, DifferencesNameTheElement) {
             std::string::npos);
 }
 
+// --- a key absent on the target under a max_ttl (issue 18, finding 4)
+// ------------------------------
+
+AbsenceEvidence absent(int64_t idle_s, int64_t since_full_sync_ms) {
+  AbsenceEvidence e;
+  e.max_ttl_ms = 3'600'000;
+  e.tolerance_ms = 1000;
+  e.idle_s = idle_s;
+  e.since_full_sync_ms = since_full_sync_ms;
+  return e;
+}
+
+TEST(JudgeAbsence, ATouchUnderMaxTtlAgoIsMissing) {
+  const AbsenceVerdict v = judgeAbsence(absent(12, 86'400'000));
+  EXPECT_FALSE(v.expired);
+  EXPECT_NE(v.detail.find("last touched 12 s ago"), std::string::npos) << v.detail;
+  EXPECT_NE(v.detail.find("max_ttl 3600 s"), std::string::npos) << v.detail;
+  EXPECT_NE(v.detail.find("cannot have expired"), std::string::npos) << v.detail;
+}
+
+TEST(JudgeAbsence, IdleOverMaxTtlAndToleranceAndTheResolutionIsExpired) {
+  // M + tolerance = 3601 s; IDLETIME's 1 s resolution: idle 3602 proves more than 3601 s.
+  EXPECT_FALSE(judgeAbsence(absent(3601, 86'400'000)).expired);
+  const AbsenceVerdict v = judgeAbsence(absent(3602, 86'400'000));
+  EXPECT_TRUE(v.expired) << v.detail;
+  EXPECT_NE(v.detail.find("expired by max_ttl 3600 s"), std::string::npos) << v.detail;
+  EXPECT_NE(v.detail.find("last touched 3602 s ago"), std::string::npos) << v.detail;
+}
+
+TEST(JudgeAbsence, AFullSyncUnderMaxTtlAgoMayHaveWrittenTheCopy) {
+  // The source key is old, but the full sync wrote its copy (deadline then + M) 10 minutes ago.
+  const AbsenceVerdict v = judgeAbsence(absent(86'400, 600'000));
+  EXPECT_FALSE(v.expired);
+  EXPECT_NE(v.detail.find("last full sync may have written its copy 600 s ago"), std::string::npos)
+      << v.detail;
+  EXPECT_FALSE(judgeAbsence(absent(86'400, 3'600'999)).expired);
+  EXPECT_TRUE(judgeAbsence(absent(86'400, 3'601'000)).expired);
+}
+
+TEST(JudgeAbsence, NoProofIsMissingWithTheReason) {
+  AbsenceEvidence e = absent(-1, 86'400'000);
+  e.idle_unreadable = "source s (x): OBJECT IDLETIME: ERR An LFU maxmemory policy is selected";
+  AbsenceVerdict v = judgeAbsence(e);
+  EXPECT_FALSE(v.expired);
+  EXPECT_NE(v.detail.find("LFU maxmemory policy"), std::string::npos) << v.detail;
+
+  e = absent(86'400, -1);
+  e.full_sync_unknown = "no checkpoint of pipeline p in agent.state_dir /nowhere";
+  v = judgeAbsence(e);
+  EXPECT_FALSE(v.expired);
+  EXPECT_NE(v.detail.find("no checkpoint of pipeline p"), std::string::npos) << v.detail;
+}
+
+TEST(JudgeAbsence, ASmallMaxTtlAndTolerance) {
+  AbsenceEvidence e = absent(4, 3'000);
+  e.max_ttl_ms = 2'000;
+  e.tolerance_ms = 1'000;
+  EXPECT_TRUE(judgeAbsence(e).expired);  // idle 4 s: over 3 s ago
+  e.idle_s = 3;
+  EXPECT_FALSE(judgeAbsence(e).expired);  // idle 3 s: only over 2 s ago
+  e.idle_s = 0;
+  EXPECT_FALSE(judgeAbsence(e).expired);
+}
+
 }  // namespace
 }  // namespace xdcr::replicator::verify
