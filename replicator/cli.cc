@@ -53,8 +53,9 @@ std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
   c.run = app->add_subcommand("run", "run every pipeline of the config until SIGTERM/SIGINT");
   c.run->add_option("-c,--config", o.run.config_path, "config file")->required()->type_name("FILE");
   c.run->footer(
-      "Exit status: 0 after draining on SIGTERM/SIGINT; 78 an invalid configuration; 75 another "
-      "agent holds agent.state_dir; 1 a fatal error.");
+      "Exit status: 0 after draining on SIGTERM/SIGINT; 78 an invalid configuration or an "
+      "agent.state_dir that cannot be created or written; 75 another agent holds "
+      "agent.state_dir; 1 a fatal error.");
 
   c.validate = app->add_subcommand("validate", "check a config file without connecting");
   c.validate->add_option("-c,--config", o.validate.config_path, "config file")
