@@ -87,6 +87,12 @@ constexpr size_t idx(E e) {
   COUNTER(full_syncs, "xdcr_full_syncs_total", "", "Full resyncs (snapshot transfers).")           \
   COUNTER(partial_syncs, "xdcr_partial_syncs_total", "",                                           \
           "Partial resyncs (resumes from a checkpoint).")                                          \
+  /* reason: output_buffer_limit (the source dropped the link, its client-output-buffer-limit      \
+     replica the likely cause), source_closed, target_error, stopped, other */                     \
+  COUNTER_BY_KEY(full_syncs_aborted, "reason", "xdcr_full_syncs_aborted_total", "",                \
+                 "Full syncs that ended before their snapshot was applied, by reason.")            \
+  COUNTER(applied_bytes, "xdcr_applied_bytes_total", "",                                           \
+          "Replication-stream bytes applied to the target (rate(): the apply rate).")              \
   /* shard: the source node the failover led to ("host:port") */                                   \
   COUNTER_BY_KEY(source_failovers, "shard", "xdcr_source_failovers_total", "",                     \
                  "Failovers of the source followed without a full sync (a partial resync under "   \
@@ -145,9 +151,27 @@ constexpr size_t idx(E e) {
   COUNTER_OF(write_throttled_seconds, "direction", "write",                                        \
              "xdcr_bandwidth_throttled_seconds_total", "bandwidth_throttled_seconds",              \
              "Time spent waiting to stay under bandwidth_limit, by direction.")                    \
-  GAUGE(lag_seconds, "xdcr_replication_lag_seconds", "lag_seconds", "Replication lag.")            \
+  GAUGE(lag_seconds, "xdcr_replication_lag_seconds", "lag_seconds",                                \
+        "Age of the oldest source write not yet applied to the target (0 when caught up), also "   \
+        "while the target is down or the pipeline paused.")                                        \
   GAUGE(backlog_bytes, "xdcr_backlog_bytes", "backlog_bytes",                                      \
-        "Source offset minus applied offset.")                                                     \
+        "The source's replication offset (INFO replication, read every second) minus the offset "  \
+        "applied to the target.")                                                                  \
+  GAUGE(apply_rate, "xdcr_apply_rate_bytes_per_second", "apply_rate_bytes_per_second",             \
+        "Replication-stream bytes applied per second over the last 30 s.")                         \
+  GAUGE(catchup_eta_seconds, "xdcr_catchup_eta_seconds", "catchup_eta_seconds",                    \
+        "backlog_bytes at the apply rate of the last 30 s: 0 when caught up, +Inf when nothing "   \
+        "is applied.")                                                                             \
+  GAUGE(full_sync_progress_ratio, "xdcr_full_sync_progress_ratio", "",                             \
+        "Share of the running full sync's snapshot read (bytes, or keys when the size is "         \
+        "unknown); 0 when none runs.")                                                             \
+  GAUGE(full_sync_eta_seconds, "xdcr_full_sync_eta_seconds", "",                                   \
+        "Time the running full sync needs at its rate so far (0 when none runs, +Inf when "        \
+        "stalled or unknown).")                                                                    \
+  GAUGE(up, "xdcr_pipeline_up", "", "1 while the pipeline streams, 0 otherwise.")                  \
+  GAUGE_BY(state_one, "state", state, "xdcr_pipeline_state", "",                                   \
+           "1, labelled with the pipeline's state: starting, full_sync, streaming, paused, "       \
+           "reconnecting, stopped.")                                                               \
   GAUGE(spool_bytes, "xdcr_spool_bytes", "",                                                       \
         "Bytes a full sync holds in the agent's spool (memory and <state_dir>/spool) until its "   \
         "targets take them; 0 without a full sync spooling.")                                      \

@@ -73,6 +73,13 @@ struct AgentConfig {
    * monitor and the admin server stay on the first thread.
    */
   int threads = 1;
+  /**
+   * agent.watch_config: how often the agent looks at its configuration file; a changed file is
+   * applied as SIGHUP applies it (validated first; an invalid one keeps the running config). For
+   * a Kubernetes ConfigMap, whose edits reach the mounted file without a signal. 0 (the
+   * default): only SIGHUP reloads.
+   */
+  Duration watch_config{0};
 };
 
 struct ClockConfig {

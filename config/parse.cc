@@ -797,9 +797,10 @@ void parseAgent(const Entry& section, const ParseContext& ctx, AgentConfig& agen
   if (!expectMap(section.value, section.value_mark, "agent", diags)) {
     return;
   }
-  MapReader reader(
-      section.value, "in agent",
-      {"admin_listen", "admin_token", "state_dir", "log_level", "log_format", "threads"}, diags);
+  MapReader reader(section.value, "in agent",
+                   {"admin_listen", "admin_token", "state_dir", "log_level", "log_format",
+                    "threads", "watch_config"},
+                   diags);
   if (const Entry* e = reader.get("admin_listen")) {
     if (auto text = readString(*e, diags)) {
       std::string why;
@@ -844,6 +845,9 @@ void parseAgent(const Entry& section, const ParseContext& ctx, AgentConfig& agen
     if (auto n = readInt(e->value, e->value_mark, "threads", 1, kMaxThreads, diags)) {
       agent.threads = static_cast<int>(*n);
     }
+  }
+  if (const Entry* e = reader.get("watch_config")) {
+    if (auto d = readDuration(*e, DurationRule::NonNegative, diags)) agent.watch_config = *d;
   }
 }
 

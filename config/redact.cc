@@ -157,7 +157,8 @@ std::string redactedJson(const Config& config) {
       {"state_dir", config.agent.state_dir},
       {"log_level", toString(config.agent.log_level)},
       {"log_format", toString(config.agent.log_format)},
-      {"threads", config.agent.threads}};
+      {"threads", config.agent.threads},
+      {"watch_config", formatDuration(config.agent.watch_config)}};
   if (config.agent.admin_token.present()) {
     json["agent"]["admin_token"] = config.agent.admin_token.describe();
   }

@@ -6,11 +6,16 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -25,6 +30,7 @@
 #include "replicator/cluster_source.h"
 #include "replicator/metrics.h"
 #include "replicator/migration_guard.h"
+#include "replicator/operator_state.h"
 #include "replicator/pipeline.h"
 #include "replicator/preflight.h"
 #include "replicator/source_link.h"
@@ -38,8 +44,25 @@ namespace {
 
 using Pipelines = std::vector<std::unique_ptr<Pipeline>>;
 
+/** A digest of the file's bytes ("" when it cannot be read): has the file changed? */
+std::string fileDigest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return fmt::format("{:016x}:{}", std::hash<std::string>{}(bytes.str()), bytes.str().size());
+}
+
+/** What the admin server asks of the pipeline set beyond reading it. */
+struct AdminOps {
+  std::function<Status(const std::string& pipeline)> resync;
+  const AgentFigures* figures = nullptr;         // reloads, process start
+  const config::Config* started_with = nullptr;  // what admin_listen/log_format still follow
+  std::string loaded_digest;                     // of the file as last loaded (fileDigest)
+};
+
 AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const config::Config& cfg,
-                 bool draining, const clock::ClockReport* clock_report) {
+                 bool draining, const clock::ClockReport* clock_report, const AdminOps& ops) {
   auto text = [](int status, std::string body) {
     return AdminReply{status, "text/plain; charset=utf-8", std::move(body), {}};
   };
@@ -84,39 +107,87 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
     if (req.path == "/metrics") {
       std::vector<PipelineMetrics> pm;
       for (const auto& p : pipelines) pm.push_back(metricsOf(*p));
-      return AdminReply{
-          200, "text/plain; version=0.0.4; charset=utf-8", renderMetrics(pm, clock_report), {}};
+      return AdminReply{200,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                        renderMetrics(pm, clock_report, ops.figures),
+                        {}};
     }
     if (req.path == "/config") {
-      return AdminReply{200, "application/json", config::redactedJson(cfg) + "\n", {}};
+      // What runs: the configuration last applied (not the file, which may have changed or be
+      // invalid), with the settings that apply only at a start as they are in effect.
+      nlohmann::json j = nlohmann::json::parse(config::redactedJson(cfg));
+      std::vector<std::string> at_next_start;
+      if (ops.started_with != nullptr) {
+        const config::Config& st = *ops.started_with;
+        if (st.agent.admin_listen != cfg.agent.admin_listen)
+          at_next_start.push_back("admin_listen");
+        if (st.agent.log_format != cfg.agent.log_format) at_next_start.push_back("log_format");
+        if (st.agent.threads != cfg.agent.threads) at_next_start.push_back("threads");
+        if (st.agent.state_dir != cfg.agent.state_dir) at_next_start.push_back("state_dir");
+        nlohmann::json started = nlohmann::json::parse(config::redactedJson(st));
+        for (const std::string& k : at_next_start) j["agent"][k] = started["agent"][k];
+      }
+      nlohmann::json reload = {{"file", cfg.path},
+                               {"file_matches_running", fileDigest(cfg.path) == ops.loaded_digest},
+                               {"applied_at_next_start", at_next_start}};
+      if (ops.figures != nullptr) {
+        reload["last_reload_successful"] = ops.figures->last_reload_successful;
+        reload["last_reload_success_unix"] = ops.figures->last_reload_success_unix;
+        reload["last_reload_error"] = ops.figures->last_reload_error;
+      }
+      j["running"] = reload;
+      return AdminReply{200, "application/json", j.dump(2) + "\n", {}};
     }
   }
-  // POST /pipelines/NAME/pause|resume
+  // POST /pipelines/NAME/pause|resume|resync, GET /pipelines/NAME/health
   constexpr std::string_view kPrefix = "/pipelines/";
   if (req.path.rfind(kPrefix, 0) == 0) {
-    if (req.method != "POST") return text(405, "use POST\n");
     std::string_view rest = std::string_view(req.path).substr(kPrefix.size());
     auto slash = rest.rfind('/');
-    if (slash != std::string_view::npos) {
-      std::string_view name = rest.substr(0, slash), action = rest.substr(slash + 1);
-      if (action != "pause" && action != "resume") {
-        return text(404, "unknown action: use pause or resume\n");
-      }
-      // Every instance of the pipeline (one per source shard of a Redis Cluster source).
-      bool found = false, paused = false;
-      for (const auto& p : pipelines) {
-        if (p->name() != name) continue;
-        if (action == "pause") {
-          p->pause();
-        } else {
-          p->resume();
+    if (slash == std::string_view::npos) {
+      return text(404, "use /pipelines/NAME/pause, resume, resync (POST) or health (GET)\n");
+    }
+    const std::string name(rest.substr(0, slash));
+    const std::string_view action = rest.substr(slash + 1);
+    // Every instance of the pipeline (one per source shard of a Redis Cluster source).
+    std::vector<Pipeline*> instances;
+    for (const auto& p : pipelines) {
+      if (p->name() == name) instances.push_back(p.get());
+    }
+    if (action == "health") {
+      if (req.method != "GET" && req.method != "HEAD") return text(405, "use GET\n");
+      if (instances.empty()) return text(404, fmt::format("no pipeline named \"{}\"\n", name));
+      // For alerting on one pipeline (not for a pod's readiness: a remote outage fails it).
+      for (const Pipeline* p : instances) {
+        if (p->state() != PipelineState::Streaming) {
+          return text(503, fmt::format("{} is {}{}\n", p->instance(), stateName(p->state()),
+                                       p->paused()              ? ": " + p->pausedDetail()
+                                       : p->lastError().empty() ? ""
+                                                                : " (" + p->lastError() + ")"));
         }
-        found = true;
-        paused = p->paused();
       }
-      if (found) return json(200, {{"pipeline", std::string(name)}, {"paused", paused}});
+      return text(200, fmt::format("{} is streaming\n", name));
+    }
+    if (action != "pause" && action != "resume" && action != "resync") {
+      return text(404, "unknown action: use pause, resume, resync (POST) or health (GET)\n");
+    }
+    if (req.method != "POST") return text(405, "use POST\n");
+    if (instances.empty() && !(action == "resync" && cfg.pipeline(name) != nullptr)) {
       return text(404, fmt::format("no pipeline named \"{}\"\n", name));
     }
+    if (action == "resync") {
+      if (auto s = ops.resync(name); !s) {
+        return text(s.error().kind == Error::Kind::Conflict ? 409 : 500, s.error().message + "\n");
+      }
+      return json(202, {{"pipeline", name}, {"resync", "requested"}});
+    }
+    bool paused = false;
+    for (Pipeline* p : instances) {
+      Status s = action == "pause" ? p->pause() : p->resume();
+      if (!s) return text(500, fmt::format("{}: {}\n", action, s.error().message));
+      paused = p->paused();
+    }
+    return json(200, {{"pipeline", name}, {"paused", paused}});
   }
   return text(404, "not found: try /healthz /readyz /status /metrics /config\n");
 }
@@ -159,6 +230,7 @@ class PipelineSet {
     std::map<std::string, std::vector<const config::PipelineConfig*>> by_cluster_source;
     std::map<std::string, std::pair<net::any_io_executor, int>> thread_of;  // one per link
     for (const config::PipelineConfig* pc : pcs) {
+      honourResyncRequest(*cfg, pc->name);
       fingerprints_[pc->name] = config::pipelineFingerprint(*cfg, *pc);
       configs_[pc->name] = cfg;
       if (cfg->cluster(pc->source)->isRedisCluster()) {
@@ -172,6 +244,7 @@ class PipelineSet {
       }
       const auto& [ex, index] = thread_of.at(pc->source);
       auto p = std::make_unique<Pipeline>(ex, cfg, *pc, clock_, limitsFor(*cfg, *pc));
+      inheritStats(*p);
       p->setThread(index);
       // A pipeline started by a reload need not wait a whole check_interval for its clocks.
       if (monitor_.latest()) p->onClockReport(*monitor_.latest());
@@ -191,10 +264,71 @@ class PipelineSet {
     workers_.exclusive([&] { stopAllHere(); });
   }
 
+  /**
+   * A full sync of pipeline `name` on demand (POST /pipelines/NAME/resync), inside
+   * Workers::exclusive: the request is kept in the state directory first, then the pipeline
+   * restarts as a reload restarts a changed one; start() drops its checkpoints before it runs
+   * again (a crash in between: at the next start).
+   */
+  Status resyncHere(const std::string& name) {
+    auto it = configs_.find(name);
+    if (it == configs_.end() || stopping_) {
+      return fail(Error::conflict(fmt::format(
+          "pipeline {} is not running{}; `xdcr-agent resync` with the agent stopped requests it "
+          "for the next start",
+          name, stopping_ ? " (the agent is stopping)" : "")));
+    }
+    const config::ConfigConstSharedPtr cfg = it->second;
+    if (auto s = OperatorState(cfg->agent.state_dir, name).requestResync(clock_.nowMs()); !s) {
+      return s;
+    }
+    spdlog::warn(
+        "pipeline {}: full sync requested by the operator; restarting it without its "
+        "checkpoint",
+        name);
+    // A Redis Cluster source's discovery runs for a set of pipelines: the whole set restarts.
+    std::set<std::string> restart{name};
+    for (const auto& g : groups_) {
+      bool member = false;
+      for (const config::PipelineConfig* pc : g->pipelines()) member = member || pc->name == name;
+      if (!member) continue;
+      g->stop();
+      for (const config::PipelineConfig* pc : g->pipelines()) restart.insert(pc->name);
+    }
+    for (const std::string& n : restart) {
+      if (replacements_.count(n) == 0 && configs_.count(n) > 0) {
+        replacements_[n] = {configs_[n], configs_[n]->pipeline(n)};
+      }
+    }
+    for (const auto& p : pipelines_) {
+      if (restart.count(p->name()) > 0) p->stop();
+    }
+    return Status{};
+  }
+
   /** Runs `f` while no link runs (replicator/workers.h): `f` may read and change pipelines. */
   void exclusive(const std::function<void()>& f) { workers_.exclusive(f); }
 
  private:
+  /** An operator's resync request for `name` (replicator/operator_state.h): its checkpoints go
+   *  before it starts, so it starts with a full sync. */
+  static void honourResyncRequest(const config::Config& cfg, const std::string& name) {
+    OperatorState st(cfg.agent.state_dir, name);
+    if (!st.resyncRequested()) return;
+    auto r = st.honourResync();
+    if (r) {
+      spdlog::warn(
+          "pipeline {}: full sync requested by the operator: {} checkpoint file(s) "
+          "dropped; it starts with a full sync",
+          name, *r);
+    } else {
+      spdlog::error(
+          "pipeline {}: the operator's full-sync request cannot be honoured: {}; it "
+          "resumes from its checkpoint (the request stays for the next start)",
+          name, r.error().message);
+    }
+  }
+
   void applyHere(const config::ConfigConstSharedPtr& cfg) {
     // A Redis Cluster source's discovery runs for a set of pipelines: when one of them changes,
     // the whole set restarts (each instance resumes from its checkpoint).
@@ -304,6 +438,7 @@ class PipelineSet {
             auto p = std::make_unique<Pipeline>(ex, cfg, *i.pipeline, clock_,
                                                 limitsFor(*cfg, *i.pipeline), locator,
                                                 Pipeline::Shard{i.name, label});
+            inheritStats(*p);
             p->setThread(index);
             p->setMigrationGuard(*guard, locator.get());
             (*guard)->add(locator.get(), p.get());
@@ -337,6 +472,7 @@ class PipelineSet {
   /** `done` left its link for good (inside Workers::exclusive: its link may still run). */
   void finished(Pipeline* done) {
     std::string name = done->name();
+    carried_[done->instance()] = done->stats();  // for its replacement, if one starts
     if (done->state() == PipelineState::Stopped && !done->stopping()) failed_ = true;
     if (MigrationGuard* g = done->migrationGuard()) g->remove(done);
     std::erase_if(pipelines_, [&](const auto& p) { return p.get() == done; });
@@ -354,7 +490,19 @@ class PipelineSet {
     }
     fingerprints_.erase(name);
     configs_.erase(name);
+    std::erase_if(carried_, [&](const auto& c) {
+      return c.first == name || c.first.rfind(name + "@", 0) == 0;
+    });
     maybeExit();
+  }
+
+  /** A pipeline restarted in this process (a reload, a resync) keeps its counters: Prometheus
+   *  counters only reset when the process does. */
+  void inheritStats(Pipeline& p) {
+    auto it = carried_.find(p.instance());
+    if (it == carried_.end()) return;
+    p.mutableStats() = std::move(it->second);
+    carried_.erase(it);
   }
 
   void maybeExit() {
@@ -377,6 +525,7 @@ class PipelineSet {
   std::vector<std::unique_ptr<ClusterSourceGroup>> groups_;  // Redis Cluster sources
   std::map<std::string, std::string> fingerprints_;
   std::map<std::string, config::ConfigConstSharedPtr> configs_;
+  std::map<std::string, PipelineStats> carried_;  // by instance: of pipelines that finished
   std::map<std::string, std::pair<config::ConfigConstSharedPtr, const config::PipelineConfig*>>
       replacements_;
   bool stopping_ = false;
@@ -419,13 +568,20 @@ int runAgent(config::ConfigConstSharedPtr config) {
 
   bool stopping = false;
   config::ConfigConstSharedPtr current = config;
+  AgentFigures figures;
+  figures.process_start_unix = figures.last_reload_success_unix = double(clock.nowMs()) / 1e3;
+  AdminOps ops;
+  ops.resync = [&set](const std::string& name) { return set.resyncHere(name); };
+  ops.figures = &figures;
+  ops.started_with = config.get();
+  ops.loaded_digest = fileDigest(config->path);
   std::unique_ptr<AdminServer> admin;
   if (config->agent.admin_listen) {
     admin = std::make_unique<AdminServer>(ioc.get_executor(), [&](const AdminRequest& req) {
       AdminReply reply;
       set.exclusive([&] {
         reply = route(req, set.pipelines(), *current, stopping,
-                      monitor.latest() ? &*monitor.latest() : nullptr);
+                      monitor.latest() ? &*monitor.latest() : nullptr, ops);
       });
       return reply;
     });
@@ -435,19 +591,30 @@ int runAgent(config::ConfigConstSharedPtr config) {
     }
   }
 
-  auto reload = [&] {
+  // A reload (SIGHUP, or agent.watch_config seeing the file change): validated first; an invalid
+  // file keeps the running configuration, and says so in the log, /metrics and /config.
+  std::string rejected_digest;  // the file as last rejected (the watch does not retry it)
+  auto reload = [&](const char* why) {
+    const std::string digest = fileDigest(current->path);
     config::LoadOptions options;
     options.check_files = true;  // TLS files must be readable, as at start
     config::LoadResult r = config::loadConfigFile(current->path, options);
+    std::string first_error;
     for (const auto& d : r.diagnostics) {
       if (d.severity == config::Diagnostic::Severity::Error) {
         spdlog::error("reload: {}", d.format());
+        if (first_error.empty()) first_error = d.format();
       } else {
         spdlog::warn("reload: {}", d.format());
       }
     }
     if (!r.ok()) {
-      spdlog::error("reload: {} is invalid; keeping the running configuration", current->path);
+      ++figures.reloads_failed;
+      figures.last_reload_successful = false;
+      figures.last_reload_error = first_error.empty() ? "invalid configuration" : first_error;
+      rejected_digest = digest;
+      spdlog::error("reload ({}): {} is invalid; keeping the running configuration", why,
+                    current->path);
       return;
     }
     if (r.config->agent.admin_listen != current->agent.admin_listen ||
@@ -461,15 +628,51 @@ int runAgent(config::ConfigConstSharedPtr config) {
     current = r.config;
     monitor.setConfig(r.config);
     monitor.checkSoon();
-    spdlog::info("reload: {} applied", current->path);
+    ++figures.reloads_succeeded;
+    figures.last_reload_successful = true;
+    figures.last_reload_error.clear();
+    figures.last_reload_success_unix = double(clock.nowMs()) / 1e3;
+    ops.loaded_digest = digest;
+    rejected_digest.clear();
+    spdlog::info("reload ({}): {} applied", why, current->path);
   };
+
+  // agent.watch_config: a changed file is applied once it reads the same twice in a row (an
+  // editor or a ConfigMap update caught halfway is not applied half-written).
+  std::string seen_digest = ops.loaded_digest;
+  bool watching = false;  // a timer of the watch is pending
+  std::function<void()> watch_config = [&] {
+    const auto period = current->agent.watch_config;
+    if (watching || period.count() <= 0 || stopping) return;
+    watching = true;
+    auto timer = std::make_shared<net::steady_timer>(ioc, period);
+    timer->async_wait([&, timer](const boost::system::error_code& ec) {
+      watching = false;
+      if (ec || stopping) return;
+      const std::string digest = fileDigest(current->path);
+      if (!digest.empty() && digest == seen_digest && digest != ops.loaded_digest &&
+          digest != rejected_digest) {
+        reload("the file changed");
+      }
+      seen_digest = digest;
+      watch_config();
+    });
+  };
+  if (config->agent.watch_config.count() > 0) {
+    spdlog::info("watching {} for changes every {} ms (agent.watch_config)", config->path,
+                 config->agent.watch_config.count());
+  }
+  watch_config();
 
   net::signal_set signals(ioc, SIGINT, SIGTERM, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         if (sig == SIGHUP) {
-          if (!stopping) reload();
+          if (!stopping) {
+            reload("SIGHUP");
+            watch_config();  // (a reload may have turned the watch on)
+          }
         } else if (!stopping) {
           stopping = true;
           spdlog::info("{}: draining and checkpointing; send it again to exit at once",

@@ -2,7 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <limits>
+#include <sstream>
 #include <type_traits>
 
 #include "common/version.h"
@@ -20,10 +29,14 @@ class Family {
   }
   /** `labels` is the inside of {...}, already escaped. */
   void sample(std::string_view labels, double value) {
+    // The exposition format spells the special values +Inf, -Inf and NaN.
+    const std::string v = std::isnan(value)   ? "NaN"
+                          : std::isinf(value) ? (value > 0 ? "+Inf" : "-Inf")
+                                              : fmt::format("{}", value);
     if (labels.empty()) {
-      fmt::format_to(std::back_inserter(out_), "{} {}\n", name_, value);
+      fmt::format_to(std::back_inserter(out_), "{} {}\n", name_, v);
     } else {
-      fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name_, labels, value);
+      fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name_, labels, v);
     }
   }
 
@@ -220,10 +233,70 @@ std::span<const MetricRow> pipelineMetricRows() {
   return kRows;
 }
 
-std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::ClockReport* clock) {
+void renderProcessMetrics(std::string& out, double process_start_unix) {
+  // /proc/self/stat: fields after the command's closing parenthesis; utime and stime (14, 15)
+  // in clock ticks, vsize (23) in bytes, rss (24) in pages.
+  std::ifstream stat("/proc/self/stat");
+  std::string line;
+  if (std::getline(stat, line)) {
+    const size_t close = line.rfind(')');
+    std::istringstream in(close == std::string::npos ? std::string() : line.substr(close + 2));
+    std::vector<std::string> f((std::istream_iterator<std::string>(in)),
+                               std::istream_iterator<std::string>());
+    // f[0] is field 3 (state).
+    if (f.size() > 21) {
+      const double ticks = double(::sysconf(_SC_CLK_TCK));
+      const double cpu = (std::stod(f[11]) + std::stod(f[12])) / ticks;
+      Family(out, "process_cpu_seconds_total", "counter",
+             "Total user and system CPU time spent in seconds.")
+          .sample("", cpu);
+      Family(out, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.")
+          .sample("", std::stod(f[20]));
+      Family(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
+          .sample("", std::stod(f[21]) * double(::sysconf(_SC_PAGESIZE)));
+    }
+  }
+  std::error_code ec;
+  size_t fds = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++fds;
+  }
+  if (!ec) {
+    Family(out, "process_open_fds", "gauge", "Number of open file descriptors.")
+        .sample("", double(fds));
+  }
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    Family(out, "process_max_fds", "gauge", "Maximum number of open file descriptors.")
+        .sample("", rl.rlim_cur == RLIM_INFINITY ? std::numeric_limits<double>::infinity()
+                                                 : double(rl.rlim_cur));
+  }
+  if (process_start_unix > 0) {
+    Family(out, "process_start_time_seconds", "gauge",
+           "Start time of the process since unix epoch in seconds.")
+        .sample("", process_start_unix);
+  }
+}
+
+std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::ClockReport* clock,
+                          const AgentFigures* agent) {
   std::string out;
   renderPipelineMetrics(out, ps);
   if (clock != nullptr) renderClockMetrics(out, *clock);
+  if (agent != nullptr) {
+    Family(out, "xdcr_config_last_reload_successful", "gauge",
+           "1 if the last configuration reload (SIGHUP, agent.watch_config) was applied, 0 if the "
+           "file was invalid and the running configuration was kept.")
+        .sample("", agent->last_reload_successful ? 1 : 0);
+    Family(out, "xdcr_config_last_reload_success_timestamp_seconds", "gauge",
+           "Unix time of the last successful configuration load (the start counts).")
+        .sample("", agent->last_reload_success_unix);
+    Family f(out, "xdcr_config_reloads_total", "counter", "Configuration reloads, by result.");
+    f.sample(quoted("result", "success"), double(agent->reloads_succeeded));
+    f.sample(quoted("result", "failure"), double(agent->reloads_failed));
+    renderProcessMetrics(out, agent->process_start_unix);
+  }
   {
     Family f(out, "xdcr_build_info", "gauge", "Version and git revision of this build.");
     f.sample(fmt::format("version=\"{}\",revision=\"{}\"", escapeLabel(version()),

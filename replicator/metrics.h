@@ -23,6 +23,13 @@ struct PipelineMetrics {
   const PipelineStats* stats = nullptr;
   double lag_seconds = 0;
   uint64_t backlog_bytes = 0;
+  double apply_rate = 0;           // bytes per second, last 30 s
+  double catchup_eta_seconds = 0;  // +inf: a backlog and nothing applied
+  double full_sync_progress_ratio = 0;
+  double full_sync_eta_seconds = 0;
+  uint64_t up = 0;  // 1 while streaming
+  std::string state;
+  uint64_t state_one = 1;
   uint64_t spool_bytes = 0;  // held in a full sync's spool (source/spool.h)
   bool paused = false;
   std::string paused_reason;
@@ -39,6 +46,17 @@ struct PipelineMetrics {
   std::optional<double> clockSkewSeconds() const;
   /** Whether the skew is over max_skew; none until measured. */
   std::optional<bool> clockSkewExceeded() const;
+};
+
+/** Agent-wide figures beside the pipelines' (issue 18: a failed reload was visible only in the
+ *  log). */
+struct AgentFigures {
+  bool last_reload_successful = true;
+  double last_reload_success_unix = 0;  // the start counts as the first successful load
+  uint64_t reloads_succeeded = 0;
+  uint64_t reloads_failed = 0;
+  std::string last_reload_error;  // "" after a successful one
+  double process_start_unix = 0;
 };
 
 /** A sample's value: counts are integers, seconds are not (so /status keeps its JSON types). */
@@ -65,11 +83,18 @@ struct MetricRow {
 std::span<const MetricRow> pipelineMetricRows();
 
 /**
- * The whole exposition: every pipeline's metrics, the clock's (when a check has completed) and
- * xdcr_build_info.
+ * The whole exposition: every pipeline's metrics, the clock's (when a check has completed),
+ * the agent's (reloads, process_*) when given, and xdcr_build_info.
  */
 std::string renderMetrics(const std::vector<PipelineMetrics>& pipelines,
-                          const clock::ClockReport* clock = nullptr);
+                          const clock::ClockReport* clock = nullptr,
+                          const AgentFigures* agent = nullptr);
+
+/**
+ * The standard process_* families (cpu, memory, file descriptors, start time) from /proc/self,
+ * as Prometheus client libraries export them; absent where /proc cannot be read.
+ */
+void renderProcessMetrics(std::string& out, double process_start_unix);
 
 /** Escapes a label value (backslash, double quote, newline). */
 std::string escapeLabel(std::string_view v);

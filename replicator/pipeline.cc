@@ -1,5 +1,7 @@
 #include "replicator/pipeline.h"
 
+#include <limits>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
@@ -55,6 +57,7 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
       policy_(target_cluster_.buckets),
       keys_(std::make_shared<const filters::KeySpace>(pipeline, source_cluster_.slots)),
       store_(config_->agent.state_dir, instance_),
+      operator_state_(config_->agent.state_dir, pipeline.name),
       ex_(ex),
       pause_wake_(ex) {
   locator_ = locator ? std::move(locator) : source::fixedLocator(source_cluster_);
@@ -65,6 +68,13 @@ Pipeline::Pipeline(net::any_io_executor ex, config::ConfigConstSharedPtr config,
         fmt::format("write {} {}", static_cast<const void*>(&pipeline_), pipeline_.name);
     write_limiter_ =
         std::make_shared<RateLimiter>(RateLimiter::shared(key, pipeline_.bandwidth_limit));
+  }
+  if (operator_state_.paused()) {
+    operator_paused_ = true;
+    spdlog::warn(
+        "pipeline {}: starts paused: the operator paused it ({}); `xdcr-agent resume -p {}` or "
+        "POST /pipelines/{}/resume ends the pause",
+        instance_, operator_state_.pausedPath(), pipeline_.name, pipeline_.name);
   }
   if (config_->clock.on_skew != config::SkewAction::Warn) {
     // Deadlines must not be written with an unknown skew; the first clock check lifts this.
@@ -263,24 +273,47 @@ void Pipeline::checkpointWritten(const Checkpoint& cp) {
   applied_offset_ = std::max(applied_offset_, cp.position.offset);
 }
 
-void Pipeline::pause() {
-  if (!operator_paused_) spdlog::warn("pipeline {}: paused by the operator", pipeline_.name);
+Status Pipeline::pause() {
+  if (operator_paused_) return Status{};
+  if (auto s = operator_state_.setPaused(true, clock_.nowMs()); !s) return s;
+  spdlog::warn("pipeline {}: paused by the operator (kept in {} across restarts and reloads)",
+               instance_, operator_state_.pausedPath());
   operator_paused_ = true;
+  return Status{};
 }
 
-void Pipeline::resume() {
-  if (operator_paused_) {
-    spdlog::info("pipeline {}: operator pause ended{}", pipeline_.name,
-                 skew_paused_ ? "; still paused for clock skew" : "");
-  }
+Status Pipeline::resume() {
+  if (!operator_paused_) return Status{};
+  if (auto s = operator_state_.setPaused(false, clock_.nowMs()); !s) return s;
+  spdlog::info("pipeline {}: operator pause ended{}", instance_,
+               skew_paused_ ? "; still paused for clock skew" : "");
   operator_paused_ = false;
   pause_wake_.notify();
+  return Status{};
+}
+
+std::pair<double, double> Pipeline::fullSyncEstimate(
+    std::chrono::steady_clock::time_point now) const {
+  const SnapshotProgress& pr = progress_;
+  if (!pr.active) return {0, 0};
+  double ratio = 0;
+  if (pr.bytes_total > 0) {
+    ratio = double(pr.bytes_done) / double(pr.bytes_total);
+  } else if (pr.keys_total > 0) {
+    ratio = double(pr.keys_done) / double(pr.keys_total);
+  }
+  ratio = std::clamp(ratio, 0.0, 1.0);
+  const double elapsed = std::chrono::duration<double>(now - pr.started).count();
+  const double eta = ratio > 0 && elapsed > 0 ? elapsed * (1 - ratio) / ratio
+                                              : std::numeric_limits<double>::infinity();
+  return {ratio, eta};
 }
 
 std::string Pipeline::pausedDetail() const {
   std::string out;
   if (operator_paused_)
-    out = "paused by the operator (POST /pipelines/" + pipeline_.name + "/resume)";
+    out = "paused by the operator (`xdcr-agent resume -p " + pipeline_.name +
+          "` or POST /pipelines/" + pipeline_.name + "/resume)";
   if (skew_paused_) out += (out.empty() ? "" : "; ") + skew_pause_why_;
   return out;
 }

@@ -9,10 +9,13 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "clock/clock.h"
@@ -24,6 +27,8 @@
 #include "config/config.h"
 #include "filters/key_space.h"
 #include "replicator/checkpoint.h"
+#include "replicator/operator_state.h"
+#include "replicator/source_head.h"
 #include "source/expiry_index.h"
 #include "source/locator.h"
 #include "target/max_ttl.h"
@@ -136,10 +141,15 @@ class Pipeline {
     return live_sink_ != nullptr ? live_sink_->ackedOffset() : applied_offset_;
   }
   const std::string& lastError() const { return last_error_; }
-  /** Operator pause (POST /pipelines/NAME/pause): stop applying; the source's backlog holds. */
-  void pause();
-  /** Ends the operator pause; a clock-skew pause stays until the skew is back in bounds. */
-  void resume();
+  /**
+   * Operator pause (POST /pipelines/NAME/pause, `xdcr-agent pause`): stop applying; the source's
+   * backlog holds. Kept in the state directory (replicator/operator_state.h) first: a restart or
+   * a reload starts the pipeline paused. An error: the file could not be written; not paused.
+   */
+  Status pause();
+  /** Ends the operator pause (the file first); a clock-skew pause stays until the skew is back
+   *  in bounds. */
+  Status resume();
   bool paused() const { return operator_paused_ || skew_paused_; }
   bool skewPaused() const { return skew_paused_; }
   /** "operator", "clock_skew" or "" (a metric label). */
@@ -149,16 +159,25 @@ class Pipeline {
   /** For status: why, in words. */
   std::string pausedDetail() const;
   /**
-   * Replication lag: how long the oldest stream byte the agent has received but this pipeline's
-   * target has not yet acknowledged has been waiting (0 when caught up). It starts when the
-   * agent reads the byte, so time in the source's output buffer and on the network is not
-   * included.
+   * Replication lag: the age of the oldest source write not yet applied to the target (0 when
+   * caught up). The larger of two lower bounds: since the agent received the oldest stream byte
+   * its target has not acknowledged, and since the source's own offset (read every second apart
+   * from the link: replicator/source_head.h) first passed the applied offset — which keeps
+   * counting while the target is down or the pipeline paused.
    */
-  double lagSeconds() const { return lag_seconds_; }
-  /** Bytes received from the source and not yet acknowledged by the target. */
+  double lagSeconds() const { return std::max(lag_seconds_, head_lag_seconds_.load()); }
+  /** The source's offset minus the applied offset (or, when the source's offset is unknown,
+   *  what was received and not yet acknowledged). */
   uint64_t backlogBytes() const {
-    return source_offset_ - std::min(source_offset_, appliedOffset());
+    const uint64_t received = source_offset_ - std::min(source_offset_, appliedOffset());
+    const int64_t head = head_backlog_;
+    return head >= 0 ? std::max(received, static_cast<uint64_t>(head)) : received;
   }
+  /** Stream bytes applied per second over the last 30 s. */
+  double applyRate() const { return apply_rate_; }
+  /** The running full sync's share done (0..1) and the seconds it still needs (+inf: unknown
+   *  or stalled); both 0 when none runs. */
+  std::pair<double, double> fullSyncEstimate(std::chrono::steady_clock::time_point now) const;
   int64_t lastCheckpointMs() const { return last_checkpoint_ms_; }
   /** The expiry index of the link this pipeline reads (empty when none runs). */
   const source::ExpiryIndex& expiryIndex() const;
@@ -234,6 +253,14 @@ class Pipeline {
   void setSourceOffset(uint64_t o) { source_offset_ = o; }
   void setAppliedOffset(uint64_t o) { applied_offset_ = o; }
   void setLag(double s) { lag_seconds_ = s; }
+  /** What the source's own offset says (backlog < 0: unknown), and the apply rate. */
+  void setHeadFigures(int64_t backlog, double lag, double rate) {
+    head_backlog_ = backlog;
+    head_lag_seconds_ = lag;
+    apply_rate_ = rate;
+  }
+  /** Follows the applied offset for the apply rate and xdcr_applied_bytes_total. */
+  ApplyRate& applyRateTracker() { return apply_tracker_; }
   void countDetachment() { ++stats_.link_detachments; }
   /** The marker token the next checkpoint writes (creating one if none). */
   const std::string& nextMarker();
@@ -271,6 +298,7 @@ class Pipeline {
   target::MaxTtlPolicy policy_;
   filters::KeySpaceConstSharedPtr keys_;
   CheckpointStore store_;
+  OperatorState operator_state_;
   std::optional<Checkpoint> resume_;
   std::atomic<bool> has_resume_ = false;
   PipelineStats stats_;
@@ -305,6 +333,10 @@ class Pipeline {
   /** This pipeline until its destructor: what checkpointSoon() posts checks it. */
   std::shared_ptr<Pipeline*> alive_ = std::make_shared<Pipeline*>(this);
   double lag_seconds_ = 0;
+  std::atomic<int64_t> head_backlog_ = -1;
+  std::atomic<double> head_lag_seconds_ = 0;
+  std::atomic<double> apply_rate_ = 0;
+  ApplyRate apply_tracker_;
   int64_t last_checkpoint_ms_ = 0;
 };
 

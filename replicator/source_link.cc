@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -267,7 +268,7 @@ void SourceLink::releaseStopped(Member& m) {
   });
 }
 
-net::awaitable<void> SourceLink::run() {
+net::awaitable<void> SourceLink::runSessions() {
   Backoff backoff(limits_);
   while (!stopping_ && !pipelines_.empty()) {
     const auto started = clock_.monotonicNow();
@@ -277,6 +278,7 @@ net::awaitable<void> SourceLink::run() {
     } catch (const std::exception& e) {
       s = fail(Error::io(fmt::format("unexpected failure: {}", e.what())));
     }
+    countAbortedFullSyncs(s);
     if (stopping_ || pipelines_.empty()) break;
     const std::string why = s ? "session ended" : s.error().message;
     if (master_moved_) {
@@ -300,6 +302,21 @@ net::awaitable<void> SourceLink::run() {
                  std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
     co_await backOff(wait);
   }
+}
+
+net::awaitable<void> SourceLink::tickFigures() {
+  for (;;) {
+    net::steady_timer t(ex_);
+    t.expires_after(std::chrono::seconds(1));
+    auto [ec] = co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    if (ec) co_return;  // cancelled: the link ends
+    updateFromHead();
+  }
+}
+
+net::awaitable<void> SourceLink::run() {
+  // (the watch's INFO may wait on a slow or broken link: the figures tick apart from it)
+  co_await (runSessions() || watchHead() || tickFigures());
   // Everyone still here stops with the link (a graceful stop, or a pipeline that cannot run).
   members_.clear();  // the last session's sinks (all joined) go before their pipelines
   std::vector<Pipeline*> left;
@@ -310,6 +327,121 @@ net::awaitable<void> SourceLink::run() {
     spdlog::info("pipeline {}: stopped at offset {}", p->name(), p->appliedOffset());
     on_stopped_(p);
   }
+}
+
+net::awaitable<void> SourceLink::watchHead() {
+  constexpr auto kPeriod = std::chrono::seconds(1);
+  std::optional<RedisConnection> conn;
+  std::string conn_address;
+  const std::vector<std::vector<std::string>> info = {{"INFO", "replication"}};
+  for (;;) {
+    net::steady_timer t(ex_);
+    t.expires_after(kPeriod);
+    auto [ec] = co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    if (ec) co_return;  // cancelled: the link ends
+    try {
+      // The node the link reads (a shard's or a Sentinel's master once located); a plain
+      // source's address before the first session.
+      std::optional<RedisEndpoint> node = source_node_;
+      if (!node && source_cluster_.kind == config::ClusterKind::Redis) {
+        node = probeEndpoint(source_cluster_);
+      }
+      if (node && (!conn || conn_address != node->address())) {
+        conn.reset();
+        conn.emplace(ex_, label() + " offset watch");
+        if (auto c = co_await conn->connect(*node, limits_.link_probe_timeout); !c) {
+          conn.reset();  // the session reports an unreachable source; the last reading stands
+        } else {
+          conn_address = node->address();
+        }
+      }
+      if (conn) {
+        auto r = co_await conn->callMany(info, limits_.link_probe_timeout);
+        if (!r) {
+          conn.reset();
+        } else if ((*r)[0].isError()) {
+          if (!head_refused_logged_) {
+            head_refused_logged_ = true;
+            spdlog::warn(
+                "{}: the source refused INFO replication ({}): lag and backlog count only what "
+                "the agent has received (grant the replication user +info)",
+                label(), (*r)[0].str);
+          }
+        } else if (auto reading = SourceHead::parse((*r)[0].str)) {
+          head_.record(std::move(*reading), clock_.monotonicNow());
+        }
+      }
+    } catch (const std::exception& e) {
+      conn.reset();  // never ends the link: the next second tries again
+      spdlog::debug("{}: offset watch: {}", label(), e.what());
+    }
+  }
+}
+
+void SourceLink::updateFromHead() {
+  const auto now = clock_.monotonicNow();
+  for (Pipeline* p : pipelines_) {
+    // A full sync: what the snapshot's position leaves, and at least the time since it began.
+    const bool syncing = p->state() == PipelineState::FullSync && snapshot_at_.has_value();
+    const std::string& replid = syncing ? snapshot_at_->replid : applied_replid_;
+    const uint64_t applied = syncing ? snapshot_at_->offset : p->appliedOffset();
+    const std::optional<uint64_t> backlog = head_.backlog(replid, applied);
+    double lag = head_.lagSeconds(replid, applied, now);
+    if (syncing && p->snapshotProgress().active) {
+      lag = std::max(lag, seconds(now - p->snapshotProgress().started));
+    }
+    if (!syncing && !applied_replid_.empty()) {
+      p->mutableStats().applied_bytes +=
+          p->applyRateTracker().record(applied_replid_, applied, now);
+    }
+    p->setHeadFigures(backlog ? static_cast<int64_t>(*backlog) : -1, lag,
+                      p->applyRateTracker().bytesPerSecond());
+  }
+  // A full sync is never silent for longer than progress_report, stalled or not (this runs
+  // every second: a line is due when the next run would be late).
+  if (snapshot_at_ && firstLive() != nullptr) {
+    const uint64_t bytes = firstLive()->p->snapshotProgress().bytes_done;
+    if (bytes != last_reported_bytes_) {
+      last_reported_bytes_ = bytes;
+      last_snapshot_bytes_at_ = now;
+    }
+  }
+  if (snapshot_at_ && !members_.empty() &&
+      now - last_report_ + std::chrono::seconds(1) > limits_.progress_report) {
+    reportProgress(false);
+  }
+}
+
+void SourceLink::countAbortedFullSyncs(const Status& why) {
+  std::string reason = "other";
+  if (stopping_) {
+    reason = "stopped";
+  } else if (!why) {
+    const std::string& m = why.error().message;
+    // (source/redis_source.cc diagnoses a link the source closed during a full sync; it blames
+    // client-output-buffer-limit replica unless the agent had read nearly everything sent)
+    if (m.find("the source closed the link during a full sync") != std::string::npos) {
+      reason =
+          m.find("nearly empty") == std::string::npos ? "output_buffer_limit" : "source_closed";
+    } else if (std::any_of(members_.begin(), members_.end(),
+                           [](const Member& mb) { return mb.failed.has_value(); })) {
+      reason = "target_error";  // (members_ is the ended session's until the next one)
+    } else if (why.error().kind == Error::Kind::Io) {
+      reason = "source_closed";
+    }
+  }
+  bool any = false;
+  for (Pipeline* p : pipelines_) {
+    SnapshotProgress& pr = p->mutableProgress();
+    if (!pr.active) continue;
+    pr.active = false;
+    ++p->mutableStats().full_syncs_aborted[reason];
+    any = true;
+    spdlog::warn("pipeline {}: full sync aborted ({}) after {:.0f} s, {} keys and {} read",
+                 p->name(), reason, seconds(clock_.monotonicNow() - pr.started), pr.keys_done,
+                 source::formatBytes(pr.bytes_done));
+  }
+  if (any) snapshot_at_.reset();
 }
 
 net::awaitable<void> SourceLink::backOff(std::chrono::steady_clock::duration wait) {
@@ -400,6 +532,7 @@ Status SourceLink::loadCheckpoints() {
   }
   if (base != nullptr) {
     resume_at_ = base->p->resumePoint()->position;
+    applied_replid_ = resume_at_->replid;
     resume_db_ = base->p->resumePoint()->db;
     resume_data_ = {resume_at_->replid, base->p->resumePoint()->data_offset,
                     base->p->resumePoint()->data_db};
@@ -707,6 +840,7 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
     m.p->setLag(0);
   }
   received_offset_ = at;
+  applied_replid_ = source.position().replid;
   data_end_ = {source.position().replid, at, source.currentDb()};
   arrivals_.clear();
   if (*kind == source::SyncKind::Full) {
@@ -1277,7 +1411,9 @@ net::awaitable<Status> SourceLink::beginSnapshot(const source::Position& at, uin
   // The end writes a whole image for every member.
   index_.setJournaling(false);
   index_.clearAll();
-  snapshot_started_ = last_report_ = clock_.monotonicNow();
+  snapshot_started_ = last_report_ = last_snapshot_bytes_at_ = clock_.monotonicNow();
+  snapshot_at_ = at;
+  last_reported_bytes_ = 0;
   for (auto& m : members_) {
     if (m.gone) continue;
     m.pending.reset();
@@ -1353,8 +1489,9 @@ void SourceLink::snapshotProgress(uint64_t keys_announced, uint64_t bytes) {
 }
 
 void SourceLink::reportProgress(bool final) {
-  last_report_ = clock_.monotonicNow();
-  const double secs = seconds(last_report_ - snapshot_started_);
+  const auto now = clock_.monotonicNow();
+  last_report_ = now;
+  const double secs = seconds(now - snapshot_started_);
   for (auto& m : members_) {
     if (m.gone) continue;
     const SnapshotProgress& pr = m.p->mutableProgress();
@@ -1374,13 +1511,28 @@ void SourceLink::reportProgress(bool final) {
                    final ? "\n" : "");
       std::fflush(stderr);
     }
-    if (!final)
-      spdlog::info("pipeline {}: full sync: {}, {}, {:.0f} s", m.p->name(), keys, bytes, secs);
+    if (final) continue;
+    // The rate so far and what remains; or, when nothing came since the last line, for how long.
+    std::string pace;
+    const double quiet = seconds(now - last_snapshot_bytes_at_);
+    if (quiet >= seconds(limits_.progress_report) - 0.5) {
+      pace = fmt::format(
+          ", stalled: nothing from the source for {:.0f} s (a slow link, a target holding the "
+          "link back, or the source still writing its snapshot to disk)",
+          quiet);
+    } else {
+      const auto [ratio, eta] = m.p->fullSyncEstimate(now);
+      pace = fmt::format(", {:.2f} MB/s", secs > 0 ? pr.bytes_done / secs / 1e6 : 0.0);
+      if (std::isfinite(eta) && ratio > 0) pace += fmt::format(", about {:.0f} s left", eta);
+    }
+    spdlog::info("pipeline {}: full sync: {}, {}, {:.0f} s{}", m.p->name(), keys, bytes, secs,
+                 pace);
   }
 }
 
 net::awaitable<Status> SourceLink::endSnapshot() {
   snapshot_owned_.reset();
+  snapshot_at_.reset();
   // "Applied" means acknowledged by the target.
   for (auto& m : members_) {
     while (!m.gone && !m.sink->drained()) {

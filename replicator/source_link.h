@@ -40,6 +40,7 @@
 #include "common/rate_limiter.h"
 #include "config/config.h"
 #include "replicator/pipeline.h"
+#include "replicator/source_head.h"
 #include "replicator/supervision.h"
 #include "source/expiry_index.h"
 #include "source/locator.h"
@@ -106,7 +107,22 @@ class SourceLink final : private source::SnapshotConsumer {
   };
   using Members = std::list<Member>;
 
+  /** Sessions, with backoff in between, until every member has left. */
+  net::awaitable<void> runSessions();
   net::awaitable<Status> session();
+  /**
+   * Every second, session or not: the source's own replication offset (INFO replication on a
+   * connection of its own, replicator/source_head.h) into head_. Never returns; the end of
+   * runSessions() cancels it.
+   */
+  net::awaitable<void> watchHead();
+  /** Every second, session or not: updateFromHead(). Never returns (cancelled likewise). */
+  net::awaitable<void> tickFigures();
+  /** Each member's lag, backlog and apply rate from head_; a running full sync's progress line
+   *  when none was logged for progress_report (a stalled one too). */
+  void updateFromHead();
+  /** A session ended with `why` while members were in a full sync: counted by reason. */
+  void countAbortedFullSyncs(const Status& why);
   net::awaitable<Status> streamSide(source::Source& source);
   net::awaitable<Status> readLoop(source::Source& source);
   net::awaitable<Status> ackLoop(source::Source& source);
@@ -240,6 +256,12 @@ class SourceLink final : private source::SnapshotConsumer {
     std::chrono::steady_clock::time_point at;
   };
   std::deque<Arrival> arrivals_;
+  SourceHead head_;             // the source's own offset (watchHead)
+  std::string applied_replid_;  // the history the members' applied offsets belong to
+  std::optional<source::Position> snapshot_at_;  // the running full sync's position
+  uint64_t last_reported_bytes_ = 0;  // snapshot bytes read, as updateFromHead last saw them
+  std::chrono::steady_clock::time_point last_snapshot_bytes_at_{};  // when they last grew
+  bool head_refused_logged_ = false;
   std::mt19937_64 rng_;
 };
 
