@@ -52,7 +52,8 @@ check "zsh completion is a #compdef file" bash -c \
 example=$doc/examples/xdcr.yaml
 etc=$tmp/root/etc/xdcr-agent state=$tmp/root/var/lib/xdcr-agent creds=$tmp/credentials
 mkdir -p "$etc" "$state" "$creds"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$((20000 + RANDOM % 30000))
+while { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null; do exec 3<&-; port=$((20000 + RANDOM % 30000)); done
 sed -e "s|^  state_dir: /var/lib/xdcr-agent|  state_dir: $state|" \
     -e "s|^  admin_listen: 127.0.0.1:9464|  admin_listen: 127.0.0.1:$port|" "$example" >"$etc/xdcr.yaml"
 check "the example's state_dir is moved under the temporary root" grep -q "state_dir: $state" "$etc/xdcr.yaml"
