@@ -424,6 +424,17 @@ TEST_F(SpoolTest, ADropDuringAFullSyncNamesTheOutputBufferLimit) {
       },
       20s, 200ms))
       << "last_error: " << last_error;
+  // Counted by its cause, for an alert on a full-sync loop.
+  std::string metrics;
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        auto r = replicator::adminGet(admin_, "/metrics", 5s);
+        metrics = r ? r->second : "";
+        return metrics.find("xdcr_full_syncs_aborted_total{pipeline=\"p\",reason=\"output_buffer_"
+                            "limit\"} ") != std::string::npos;
+      },
+      10s, 200ms))
+      << metrics;
   load.stop();
 }
 
