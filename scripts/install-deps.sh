@@ -16,9 +16,9 @@
 #           zsh and man-db: the generated completions run in a real zsh and the man page is
 #           rendered with warnings on (tests/packaging/cli_docs_test.sh); systemd: systemd-analyze
 #           verifies the unit and rates its sandbox (tests/packaging/unit_test.sh).
-#   --render  also chromium and prometheus: scripts/render-dashboard.sh draws docs/dashboard.png
-#           with a headless chromium against a Prometheus that scrapes a running agent. Not
-#           needed by the build or the tests. The two options can be given together.
+#   --render  also chromium, prometheus and curl: scripts/render-dashboard.sh draws
+#           docs/dashboard.png with a headless chromium against a Prometheus that scrapes a
+#           running agent. Not needed by the build or the tests. Both options can be given.
 set -euo pipefail
 
 PACKAGES=(
@@ -37,7 +37,7 @@ for opt in "$@"; do
     --test)
       PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14 clang-format clang-tidy
         prometheus jq zsh man-db systemd) ;;
-    --render) PACKAGES+=(chromium prometheus) ;;
+    --render) PACKAGES+=(chromium prometheus curl) ;;
     *) echo "install-deps: unknown option '$opt' (--test, --render)" >&2; exit 2 ;;
   esac
 done
