@@ -115,6 +115,33 @@ std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
       ->type_name("FORMAT");
   c.status->footer("Exit status: 0 printed; 2 the agent cannot be reached or answered an error.");
 
+  // pause, resume, resync: through the running agent's admin server, else in the state dir.
+  auto operatorCommand = [&](CLI::App* sub, const char* done) {
+    sub->add_option("-c,--config", o.op.config_path,
+                    "config file (admin_listen, admin_token, "
+                    "state_dir)")
+        ->required()
+        ->type_name("FILE");
+    sub->add_option("-p,--pipeline", o.op.pipeline, "pipeline name")->required()->type_name("NAME");
+    sub->add_option("--admin", o.op.admin,
+                    "the agent's admin server (host:port), if not the config's admin_listen")
+        ->type_name("ADDRESS");
+    sub->footer(std::string(done) +
+                " When no agent runs on the config's state_dir, the request is recorded there "
+                "for the next start.\nExit status: 0 done or recorded; 1 no such pipeline; 2 an "
+                "agent runs but cannot be reached or refused; 78 an invalid configuration.");
+    return sub;
+  };
+  c.pause = operatorCommand(
+      app->add_subcommand("pause", "pause a pipeline (kept across restarts and reloads)"),
+      "The source's backlog holds the stream meanwhile; lag and backlog "
+      "keep counting.");
+  c.resume = operatorCommand(app->add_subcommand("resume", "end an operator pause"),
+                             "A clock-skew pause stays.");
+  c.resync = operatorCommand(app->add_subcommand("resync", "a full sync of a pipeline on demand"),
+                             "E.g. after widening a filter: its checkpoints are dropped and it "
+                             "starts again with a full sync.");
+
   c.man = app->add_subcommand("man", "print this command line's man page (roff)");
   c.completion = app->add_subcommand("completion", "print a shell completion script");
   c.completion->add_option("SHELL", o.completion.shell, "the shell")

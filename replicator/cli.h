@@ -39,6 +39,12 @@ struct StatusOptions {
   std::string admin = "127.0.0.1:9464";
   std::string output = "table";
 };
+/** pause, resume and resync (one of them is parsed at a time). */
+struct OperatorOptions {
+  std::string config_path;
+  std::string pipeline;
+  std::string admin;  // "" = the config's agent.admin_listen
+};
 struct CompletionOptions {
   std::string shell;  // bash | zsh
 };
@@ -52,6 +58,7 @@ struct Options {
   VerifyCommandOptions verify;
   ClockOptions clock;
   StatusOptions status;
+  OperatorOptions op;
   CompletionOptions completion;
 };
 
@@ -63,6 +70,9 @@ struct Commands {
   CLI::App* verify = nullptr;
   CLI::App* clock = nullptr;
   CLI::App* status = nullptr;
+  CLI::App* pause = nullptr;
+  CLI::App* resume = nullptr;
+  CLI::App* resync = nullptr;
   CLI::App* man = nullptr;         // prints the man page (cli_docs.h)
   CLI::App* completion = nullptr;  // prints a shell completion script
 };

@@ -20,6 +20,7 @@
 #include "replicator/cli.h"
 #include "replicator/cli_docs.h"
 #include "replicator/clock_report.h"
+#include "replicator/operator_command.h"
 #include "replicator/verify.h"
 
 namespace {
@@ -140,6 +141,13 @@ int main(int argc, char** argv) {
   }
   if (commands.status->parsed()) {
     return printStatus(o.status.admin, o.status.output == "json");
+  }
+  for (CLI::App* op : {commands.pause, commands.resume, commands.resync}) {
+    if (!op->parsed()) continue;
+    auto cfg = load(o.op.config_path, true);
+    if (!cfg) return kExitConfig;
+    xdcr::setupLogging(o.log_level.empty() ? "warn" : o.log_level, xdcr::LogFormat::Text);
+    return xdcr::replicator::runOperatorCommand(*cfg, op->get_name(), o.op.pipeline, o.op.admin);
   }
   if (commands.validate->parsed()) {
     const std::string& config_path = o.validate.config_path;

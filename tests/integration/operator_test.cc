@@ -19,6 +19,7 @@
 #include <regex>
 
 #include "replicator/admin_server.h"
+#include "tests/support/agent_command.h"
 #include "tests/support/dataset.h"
 #include "tests/support/harness.h"
 #include "tests/support/wan_proxy.h"
@@ -256,6 +257,43 @@ TEST_F(OperatorTest, AResyncCopiesWhatAWidenedFilterNowSelects) {
   EXPECT_FALSE(std::filesystem::exists(dir_.file("state") + "/" + kPipeline + ".resync"));
   // An unknown pipeline is named as such.
   EXPECT_EQ(request("POST", "/pipelines/nope/resync").first, 404);
+}
+
+TEST_F(OperatorTest, TheCommandLinePausesResumesAndResyncs) {
+  startAgent(yaml(""));
+  ASSERT_TRUE(caughtUp());
+  auto cli = [&](const std::string& action, const std::string& name) {
+    return runAgentCommand({action, "-c", config_, "-p", name}, dir_.file("cli.out"), 30s);
+  };
+  auto r = cli("pause", kPipeline);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(waitUntil([&] { return pipeline().value("state", "") == "paused"; }, 10s));
+  r = cli("pause", "nope");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no pipeline named \"nope\""), std::string::npos) << r.output;
+  r = cli("resume", kPipeline);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(waitUntil([&] { return pipeline().value("state", "") == "streaming"; }, 10s));
+  r = cli("resync", kPipeline);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(waitUntil([&] { return metric("xdcr_full_syncs_total{" + p() + "}") == 2; }, 30s))
+      << agent_->logTail();
+
+  // No agent running: recorded in the state directory; the next start honours it.
+  ASSERT_EQ(agent_->terminate().code, 0);
+  r = cli("pause", kPipeline);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no agent is running"), std::string::npos) << r.output;
+  startAgent(yaml(""), false);
+  ASSERT_TRUE(waitUntil([&] { return pipeline().value("state", "") == "paused"; }, 30s))
+      << agent_->logTail();
+  write("cli:", 1, 10);
+  std::this_thread::sleep_for(1s);
+  EXPECT_FALSE(onTarget("cli:0"));
+  r = cli("resume", kPipeline);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(caughtUp());
+  EXPECT_TRUE(onTarget("cli:0"));
 }
 
 // ---- reloads (finding 6) and the watched file (finding 1) ---------------------------------------
