@@ -193,6 +193,28 @@ constexpr size_t idx(E e) {
   GAUGE_BY(paused, "reason", paused_reason, "xdcr_pipeline_paused", "",                            \
            "1 while the pipeline is paused.")
 
+/**
+ * xdcr_apply_latency_seconds: from a change ready to be written to the target (its unit
+ * committed to the target connection, right after it was read) to the target's answer to the
+ * last command of it. A Prometheus histogram: cumulative buckets at render time.
+ */
+struct LatencyHistogram {
+  static constexpr std::array<double, 10> kBounds{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
+  std::array<uint64_t, kBounds.size()> buckets{};  // not cumulative: [i] counts (b[i-1], b[i]]
+  uint64_t count = 0;
+  double sum = 0;
+  void observe(double seconds) {
+    for (size_t i = 0; i < kBounds.size(); ++i) {
+      if (seconds <= kBounds[i]) {
+        ++buckets[i];
+        break;
+      }
+    }
+    ++count;
+    sum += seconds;
+  }
+};
+
 struct PipelineStats {
 #define XDCR_STATS_COUNTER(field, ...) uint64_t field = 0;
 #define XDCR_STATS_COUNTER_BY(field, Enum, label, names, ...)                  \
@@ -212,6 +234,8 @@ struct PipelineStats {
 
   /** Not exported (the sum of target_errors_by_kind); counted beside it. */
   uint64_t target_errors = 0;
+  /** Exported as xdcr_apply_latency_seconds (replicator/metrics.cc). */
+  LatencyHistogram apply_latency;
 
   void count(EventKind k) {
     ++source_events[idx(k)];

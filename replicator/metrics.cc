@@ -27,6 +27,14 @@ class Family {
     fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
                    type);
   }
+  /** A histogram's series: the family's name + `suffix` (_bucket, _sum, _count). */
+  void sample(std::string_view suffix, std::string_view labels, double value) {
+    suffixed_ = std::string(name_) + std::string(suffix);
+    const std::string_view name = name_;
+    name_ = suffixed_;
+    sample(labels, value);
+    name_ = name;
+  }
   /** `labels` is the inside of {...}, already escaped. */
   void sample(std::string_view labels, double value) {
     // The exposition format spells the special values +Inf, -Inf and NaN.
@@ -43,6 +51,7 @@ class Family {
  private:
   std::string& out_;
   std::string_view name_;
+  std::string suffixed_;
 };
 
 std::string pl(const PipelineMetrics& p) {
@@ -227,6 +236,24 @@ void renderPipelineMetrics(std::string& out, const std::vector<PipelineMetrics>&
   }
 }
 
+/** xdcr_apply_latency_seconds: one histogram per pipeline (instance). */
+void renderLatency(std::string& out, const std::vector<PipelineMetrics>& ps) {
+  Family f(out, "xdcr_apply_latency_seconds", "histogram",
+           "From a change ready to be written to the target to the target's answer.");
+  for (const auto& p : ps) {
+    const LatencyHistogram& h = p.stats->apply_latency;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < LatencyHistogram::kBounds.size(); ++i) {
+      cumulative += h.buckets[i];
+      f.sample("_bucket", fmt::format("{},le=\"{}\"", pl(p), LatencyHistogram::kBounds[i]),
+               double(cumulative));
+    }
+    f.sample("_bucket", pl(p) + ",le=\"+Inf\"", double(h.count));
+    f.sample("_sum", pl(p), h.sum);
+    f.sample("_count", pl(p), double(h.count));
+  }
+}
+
 }  // namespace
 
 std::span<const MetricRow> pipelineMetricRows() {
@@ -283,6 +310,7 @@ std::string renderMetrics(const std::vector<PipelineMetrics>& ps, const clock::C
                           const AgentFigures* agent) {
   std::string out;
   renderPipelineMetrics(out, ps);
+  renderLatency(out, ps);
   if (clock != nullptr) renderClockMetrics(out, *clock);
   if (agent != nullptr) {
     Family(out, "xdcr_config_last_reload_successful", "gauge",

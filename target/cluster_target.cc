@@ -281,7 +281,7 @@ void ClusterTarget::commitUnit(uint64_t source_offset) {
     ++answered_units_;
     return;
   }
-  units_.push_back(Unit{seq, source_offset, parts});
+  units_.push_back(Unit{seq, source_offset, parts, clock_.monotonicNow()});
 }
 
 void ClusterTarget::resetOffset(uint64_t source_offset) {
@@ -296,8 +296,11 @@ void ClusterTarget::unitPartAnswered(uint64_t unit) {
   Unit& u = units_[unit - units_.front().seq];
   if (u.open_parts > 0) --u.open_parts;
   bool progressed = false;
+  const auto now = units_.front().open_parts == 0 ? clock_.monotonicNow()
+                                                  : std::chrono::steady_clock::time_point{};
   while (!units_.empty() && units_.front().open_parts == 0) {
     acked_offset_ = units_.front().offset;
+    stats_.apply_latency.observe(std::chrono::duration<double>(now - units_.front().at).count());
     ++answered_units_;
     units_.pop_front();
     progressed = true;

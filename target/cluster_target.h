@@ -169,7 +169,8 @@ class ClusterTarget {
   struct Unit {
     uint64_t seq;
     uint64_t offset;
-    uint32_t open_parts;  // parts not yet answered without a redirection
+    uint32_t open_parts;                       // parts not yet answered without a redirection
+    std::chrono::steady_clock::time_point at;  // committed (xdcr_apply_latency_seconds)
   };
 
   Node& nodeFor(const std::string& host, uint16_t port);

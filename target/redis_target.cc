@@ -108,7 +108,17 @@ void RedisTarget::commit(size_t commands, uint64_t source_offset) {
   if (!marks_.empty() && marks_.back().seq == sent_seq_) {
     marks_.back().offset = source_offset;
   } else {
-    marks_.push_back(Mark{sent_seq_, source_offset});
+    marks_.push_back(Mark{sent_seq_, source_offset, clock_.monotonicNow()});
+  }
+}
+
+void RedisTarget::reachMarks() {
+  if (marks_.empty() || marks_.front().seq > replied_seq_) return;
+  const auto now = clock_.monotonicNow();
+  while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
+    acked_offset_ = marks_.front().offset;
+    stats_.apply_latency.observe(std::chrono::duration<double>(now - marks_.front().at).count());
+    marks_.pop_front();
   }
 }
 
@@ -162,10 +172,7 @@ net::awaitable<Status> RedisTarget::runReader() {
           if (auto s = e.check(info); !s) co_return s;
           ++replied_seq_;
           progressed = true;
-          while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
-            acked_offset_ = marks_.front().offset;
-            marks_.pop_front();
-          }
+          reachMarks();
           continue;
         }
         const bool null = info.type == resp::ReplyType::Null;
@@ -178,10 +185,7 @@ net::awaitable<Status> RedisTarget::runReader() {
       }
       ++replied_seq_;
       progressed = true;
-      while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
-        acked_offset_ = marks_.front().offset;
-        marks_.pop_front();
-      }
+      reachMarks();
     }
     if (progressed) {
       last_reply_ = clock_.monotonicNow();

@@ -17,6 +17,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -136,9 +137,12 @@ class RedisTarget {
   uint64_t sent_seq_ = 0;     // commands appended
   uint64_t replied_seq_ = 0;  // replies received
   struct Mark {
-    uint64_t seq;     // the mark is reached when replied_seq_ >= seq
-    uint64_t offset;  // source offset applied at that point
+    uint64_t seq;                              // the mark is reached when replied_seq_ >= seq
+    uint64_t offset;                           // source offset applied at that point
+    std::chrono::steady_clock::time_point at;  // committed (xdcr_apply_latency_seconds)
   };
+  /** The marks the replies so far reach: acknowledged, and their latency observed. */
+  void reachMarks();
   std::deque<Mark> marks_;
   struct Expect {
     uint64_t seq;

@@ -190,6 +190,10 @@ TEST_F(OperatorTest, LagAndBacklogCountTheSourceWhilePaused) {
   ASSERT_TRUE(caughtUp()) << agent_->logTail();
   EXPECT_TRUE(onTarget("paused:2999"));
   EXPECT_TRUE(waitUntil([&] { return metric("xdcr_backlog_bytes{" + p() + "}") == 0; }, 10s));
+  // Each applied unit's latency is in the histogram, the paused ones among the slowest.
+  const double count = metric("xdcr_apply_latency_seconds_count{" + p() + "}");
+  EXPECT_GT(count, 0);
+  EXPECT_EQ(metric("xdcr_apply_latency_seconds_bucket{" + p() + ",le=\"+Inf\"}"), count);
   // What the resume applied is counted (the paused writes, 3 MB and their framing).
   EXPECT_TRUE(waitUntil(
       [&] { return metric("xdcr_applied_bytes_total{" + p() + "}") - applied_before >= 3e6; }, 10s))

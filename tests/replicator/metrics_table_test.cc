@@ -102,6 +102,7 @@ TEST(MetricsTable, EveryFamilyIsRenderedWithHelpAndTypeOnce) {
   stats.target_redirects_by_kind["moved"] = 1;
   stats.target_write_failures["cross_slot"] = 1;
   stats.source_failovers["127.0.0.1:7322"] = 1;
+  stats.full_syncs_aborted["output_buffer_limit"] = 1;
   clock::PipelineSkew skew;
   skew.measured = true;
   PipelineMetrics pm;
@@ -117,9 +118,10 @@ TEST(MetricsTable, EveryFamilyIsRenderedWithHelpAndTypeOnce) {
     if (line.rfind("# TYPE ", 0) == 0) ++type[line.substr(7, line.find(' ', 7) - 7)];
   }
   const auto fams = families();
-  // Without a clock report the only family not from the table is xdcr_build_info.
-  EXPECT_EQ(type.size(), fams.size() + 1) << text;
-  EXPECT_EQ(help.size(), fams.size() + 1) << text;
+  // Without a clock report the families not from the table are xdcr_build_info and the
+  // xdcr_apply_latency_seconds histogram.
+  EXPECT_EQ(type.size(), fams.size() + 2) << text;
+  EXPECT_EQ(help.size(), fams.size() + 2) << text;
   for (const MetricRow* f : fams) {
     const std::string name(f->metric);
     EXPECT_EQ(help[name], 1) << name;
@@ -221,6 +223,8 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
   pm.write_throttled_seconds = 1.25;
   const nlohmann::json j = statusFigures(pm);
   EXPECT_EQ(j, nlohmann::json::parse(R"({"lag_seconds": 0.5, "backlog_bytes": 7,
+                                         "apply_rate_bytes_per_second": 0.0,
+                                         "catchup_eta_seconds": 0.0,
                                          "link_detachments": 2, "bandwidth_limit": 2000000,
                                          "bandwidth_throttled_seconds":
                                            {"read": 0.0, "write": 1.25}})"))
@@ -237,8 +241,10 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
   pm.lag_seconds = 0;
   pm.bandwidth_limit = 0;
   pm.write_throttled_seconds = 0;
-  EXPECT_EQ(statusFigures(pm).dump(), R"({"backlog_bytes":7,"bandwidth_limit":0,)"
+  EXPECT_EQ(statusFigures(pm).dump(), R"({"apply_rate_bytes_per_second":0.0,"backlog_bytes":7,)"
+                                      R"("bandwidth_limit":0,)"
                                       R"("bandwidth_throttled_seconds":{"read":0.0,"write":0.0},)"
+                                      R"("catchup_eta_seconds":0.0,)"
                                       R"("lag_seconds":0.0,"link_detachments":2})");
 }
 

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <regex>
 #include <sstream>
 
@@ -165,6 +167,40 @@ TEST(Metrics, ClockMetricsFollowTheLatestCheck) {
   EXPECT_EQ(none.find("xdcr_clock_offset_seconds{"), std::string::npos) << none;
   EXPECT_EQ(none.find("xdcr_clock_skew_seconds{"), std::string::npos) << none;
   EXPECT_NE(none.find("xdcr_clock_ntp_majority 0\n"), std::string::npos) << none;
+}
+
+TEST(Metrics, ApplyLatencyIsACumulativeHistogram) {
+  PipelineStats stats;
+  for (double s : {0.0005, 0.003, 0.003, 0.2, 7.0, 100.0}) stats.apply_latency.observe(s);
+  PipelineMetrics m;
+  m.name = "p";
+  m.stats = &stats;
+  const std::string text = renderMetrics({m});
+  EXPECT_NE(text.find("# TYPE xdcr_apply_latency_seconds histogram\n"), std::string::npos);
+  for (const char* line : {"xdcr_apply_latency_seconds_bucket{pipeline=\"p\",le=\"0.001\"} 1\n",
+                           "xdcr_apply_latency_seconds_bucket{pipeline=\"p\",le=\"0.005\"} 3\n",
+                           "xdcr_apply_latency_seconds_bucket{pipeline=\"p\",le=\"0.1\"} 3\n",
+                           "xdcr_apply_latency_seconds_bucket{pipeline=\"p\",le=\"0.5\"} 4\n",
+                           "xdcr_apply_latency_seconds_bucket{pipeline=\"p\",le=\"10\"} 5\n",
+                           "xdcr_apply_latency_seconds_bucket{pipeline=\"p\",le=\"60\"} 5\n",
+                           "xdcr_apply_latency_seconds_bucket{pipeline=\"p\",le=\"+Inf\"} 6\n",
+                           "xdcr_apply_latency_seconds_count{pipeline=\"p\"} 6\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+  }
+  EXPECT_NE(text.find("xdcr_apply_latency_seconds_sum{pipeline=\"p\"} 107.2065\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(Metrics, SpecialValuesAreSpelledAsTheFormatWants) {
+  PipelineStats stats;
+  PipelineMetrics m;
+  m.name = "p";
+  m.stats = &stats;
+  m.catchup_eta_seconds = std::numeric_limits<double>::infinity();
+  const std::string text = renderMetrics({m});
+  EXPECT_NE(text.find("xdcr_catchup_eta_seconds{pipeline=\"p\"} +Inf\n"), std::string::npos)
+      << text;
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {
