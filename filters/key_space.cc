@@ -34,8 +34,16 @@ KeySpace::KeySpace(const config::PipelineConfig& pipeline,
 
 KeySpace::~KeySpace() = default;
 
-bool KeySpace::keyPasses(std::string_view key) const {
-  if (!all_slots_ && !slots_.test(static_cast<size_t>(cluster::keySlot(key)))) return false;
+KeySpace::KeyVerdict KeySpace::judgeKey(std::string_view key) const {
+  using Rule = KeyVerdict::Rule;
+  KeyVerdict v;
+  if (!all_slots_) {
+    v.slot = cluster::keySlot(key);
+    if (!slots_.test(static_cast<size_t>(v.slot))) {
+      v.rule = Rule::Slot;
+      return v;
+    }
+  }
   if (!include_.empty()) {
     bool any = false;
     for (const auto& re : include_) {
@@ -44,12 +52,19 @@ bool KeySpace::keyPasses(std::string_view key) const {
         break;
       }
     }
-    if (!any) return false;
+    if (!any) {
+      v.rule = Rule::Include;
+      return v;
+    }
   }
-  for (const auto& re : exclude_) {
-    if (RE2::PartialMatch(key, *re)) return false;
+  for (size_t i = 0; i < exclude_.size(); ++i) {
+    if (RE2::PartialMatch(key, *exclude_[i])) {
+      v.rule = Rule::Exclude;
+      v.pattern = static_cast<int>(i);
+      return v;
+    }
   }
-  return true;
+  return v;
 }
 
 std::map<int, int> KeySpace::sourceDbsByTarget() const {

@@ -39,9 +39,25 @@ class KeySpace {
     auto it = dbs_.find(source_db);
     return it == dbs_.end() ? -1 : it->second;
   }
+  /** Which rule decides whether a key is in the key space (`xdcr-agent explain` names it). */
+  struct KeyVerdict {
+    enum class Rule {
+      Passes,   // in the key space
+      Slot,     // its hash slot is not among the source cluster's `slots`
+      Include,  // include_keys is set and no pattern matches it
+      Exclude,  // exclude_keys[pattern] matches it (the first that does)
+    };
+    Rule rule = Rule::Passes;
+    int pattern = -1;  // Exclude: the index into filters.exclude_keys
+    int slot = -1;     // its hash slot, when the source's `slots` are set
+  };
+  /** The slots, then include_keys, then exclude_keys; the first rule that rejects the key. */
+  KeyVerdict judgeKey(std::string_view key) const;
   /** include_keys / exclude_keys verdict for one key (any db), and its slot among the source
    *  cluster's `slots` when they are set. */
-  bool keyPasses(std::string_view key) const;
+  bool keyPasses(std::string_view key) const {
+    return judgeKey(key).rule == KeyVerdict::Rule::Passes;
+  }
   /** Both: the key is in the pipeline's key space. */
   bool contains(int source_db, std::string_view key) const {
     return mapDb(source_db) >= 0 && keyPasses(key);

@@ -85,6 +85,35 @@ TEST(KeySpace, SourceSlotsSelectKeysByHashSlot) {
   EXPECT_TRUE(all.keyPasses("foo"));
 }
 
+TEST(KeySpace, JudgeKeyNamesTheRuleThatDecides) {
+  // What `xdcr-agent explain` reports; keyPasses() is the same judgement.
+  using Rule = KeySpace::KeyVerdict::Rule;
+  auto p = pipeline();
+  p.filters.include_keys.push_back({"^sess:", {}});
+  p.filters.include_keys.push_back({"^tok:", {}});
+  p.filters.exclude_keys.push_back({":tmp$", {}});
+  p.filters.exclude_keys.push_back({":secret", {}});
+  const KeySpace ks(p);
+  EXPECT_EQ(ks.judgeKey("sess:1").rule, Rule::Passes);
+  EXPECT_EQ(ks.judgeKey("sess:1").slot, -1);  // no slots set: none computed
+  EXPECT_EQ(ks.judgeKey("other").rule, Rule::Include);
+  const auto secret = ks.judgeKey("tok:secret:1");
+  EXPECT_EQ(secret.rule, Rule::Exclude);
+  EXPECT_EQ(secret.pattern, 1);
+  const auto both = ks.judgeKey("sess:secret:tmp");  // the first exclude pattern that matches
+  EXPECT_EQ(both.rule, Rule::Exclude);
+  EXPECT_EQ(both.pattern, 0);
+  for (const char* k : {"sess:1", "other", "tok:secret:1", "sess:secret:tmp"}) {
+    EXPECT_EQ(ks.keyPasses(k), ks.judgeKey(k).rule == Rule::Passes) << k;
+  }
+  // The slots come first: "a" (slot 15495) is outside 0-5460 whatever the patterns say.
+  const KeySpace sliced(p, {{0, 5460}});
+  const auto a = sliced.judgeKey("a");
+  EXPECT_EQ(a.rule, Rule::Slot);
+  EXPECT_EQ(a.slot, 15495);
+  EXPECT_EQ(sliced.judgeKey("{bar}sess:").rule, Rule::Include);  // slot 5061, no pattern
+}
+
 TEST(KeySpace, OutlivesTheConfigItWasBuiltFrom) {
   // Shared by the sink, the sweep and verify: it owns copies, not views of the config.
   KeySpaceConstSharedPtr ks;
