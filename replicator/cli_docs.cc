@@ -191,7 +191,7 @@ std::string bashValueArms(const std::vector<OptionInfo>& opts, const std::string
     } else {
       action = "COMPREPLY=()";  // a free value (a name, a number, an address)
     }
-    out += indent + join(o.names, "|") + ") " + action + "; return ;;\n";
+    out += fmt::format("{}{}) {}; return ;;\n", indent, join(o.names, "|"), action);
   }
   return out;
 }
@@ -239,10 +239,12 @@ std::string zshSpecs(const std::vector<OptionInfo>& opts, const std::string& ind
     // -h/--help and --version end the command line: nothing else after them.
     const bool terminal = o.names.back() == "--help" || o.names.back() == "--version";
     if (o.names.size() == 1) {
-      out += indent + "'" + (terminal ? "(- *)" : "") + o.names.front() + expl + value + "'\n";
+      out += fmt::format("{}'{}{}{}{}'\n", indent, terminal ? "(- *)" : "", o.names.front(), expl,
+                         value);
     } else {
       const std::string exclusive = terminal ? "- *" : join(o.names, " ");
-      out += indent + "'(" + exclusive + ")'{" + join(o.names, ",") + "}'" + expl + value + "'\n";
+      out +=
+          fmt::format("{}'({})'{{{}}}'{}{}'\n", indent, exclusive, join(o.names, ","), expl, value);
     }
   }
   return out;
@@ -251,7 +253,7 @@ std::string zshSpecs(const std::vector<OptionInfo>& opts, const std::string& ind
 }  // namespace
 
 std::string manPage(const CLI::App& app) {
-  const std::string name = app.get_name();
+  const std::string& name = app.get_name();
   std::string upper = name;
   for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   std::string out;
@@ -293,7 +295,7 @@ std::string manPage(const CLI::App& app) {
 }
 
 std::string bashCompletion(const CLI::App& app) {
-  const std::string name = app.get_name();
+  const std::string& name = app.get_name();
   std::string fn = "_" + name;
   for (char& ch : fn) {
     if (ch == '-') ch = '_';
@@ -353,7 +355,7 @@ std::string bashCompletion(const CLI::App& app) {
 }
 
 std::string zshCompletion(const CLI::App& app) {
-  const std::string name = app.get_name();
+  const std::string& name = app.get_name();
   std::string out;
   out += "#compdef " + name + "\n";
   out += "# zsh completion for " + name + "\n";
