@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace xdcr {
 
@@ -14,6 +16,22 @@ enum class LogFormat { Text, Json };
 
 /** Installs the default logger. `level` is trace|debug|info|warn|error. */
 void setupLogging(std::string_view level, LogFormat format);
+
+/**
+ * What a log line is about, read from the prefixes every message of the agent starts with
+ * ("pipeline NAME: ", "pipelines A, B: ", "source|target CLUSTER (ADDRESS)", "node HOST:PORT",
+ * `key "…"`; a Redis Cluster source's instance NAME@SHARD). JSON lines carry them as fields
+ * (interface.md §5), so a log system can select one pipeline, cluster, shard or key.
+ */
+struct LogFields {
+  std::vector<std::string> pipelines;  // one, or the pipelines of a shared link
+  std::string shard;                   // the source shard (NAME@SHARD)
+  std::string cluster;                 // the cluster named after "source " or "target "
+  std::string cluster_role;            // "source" or "target"
+  std::string node;                    // host:port of the node
+  std::string key;                     // a key the line is about (escapes kept as logged)
+};
+LogFields parseLogFields(std::string_view msg);
 
 /**
  * Lets at most `burst` messages through per `period`; counts the rest so the next message that

@@ -204,15 +204,34 @@ TEST_F(AdminTest, JsonLogsAreOneObjectPerLineWithoutSecrets) {
   ASSERT_TRUE(json_agent.terminate().success());
   std::istringstream lines(json_agent.logText());
   std::string line;
-  int n = 0;
+  int n = 0, about_the_pipeline = 0, about_the_source = 0, about_the_target = 0;
   while (std::getline(lines, line)) {
     ++n;
     nlohmann::json j;
     ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
     EXPECT_TRUE(j.contains("ts") && j.contains("level") && j.contains("msg")) << line;
     EXPECT_EQ(line.find(kPassword), std::string::npos) << line;
+    // Fields a log system can select on (issue 18, finding 7): every line that starts with
+    // "pipeline NAME:" has it as a field, and the cluster and node it names.
+    const std::string msg = j.value("msg", "");
+    if (msg.rfind("pipeline east-to-west:", 0) == 0) {
+      EXPECT_EQ(j.value("pipeline", ""), "east-to-west") << line;
+      ++about_the_pipeline;
+    }
+    if (j.value("cluster", "") == "src") {
+      EXPECT_EQ(j.value("cluster_role", ""), "source") << line;
+      EXPECT_EQ(j.value("node", ""), "127.0.0.1:" + std::to_string(source_.port())) << line;
+      ++about_the_source;
+    }
+    if (j.value("cluster", "") == "dst") {
+      EXPECT_EQ(j.value("node", ""), "127.0.0.1:" + std::to_string(target_.port())) << line;
+      ++about_the_target;
+    }
   }
   EXPECT_GE(n, 4);  // start, full sync, streaming, stop at least
+  EXPECT_GE(about_the_pipeline, 3);
+  EXPECT_GE(about_the_source, 1);
+  EXPECT_GE(about_the_target, 1);
 }
 
 }  // namespace
