@@ -109,6 +109,35 @@ else
   echo "not root or no unshare -m: the unit's read-only file system was not emulated"
 fi
 
+# Installed for real (CI=true as root, e.g. the fresh-machine chroot; never over an xdcr-agent
+# the machine already has): dpkg -i, the packaged example validated and run from /usr, removed.
+if [ "${CI:-}" = true ] && [ "$(id -u)" = 0 ] && command -v dpkg >/dev/null &&
+   ! dpkg -s xdcr-agent >/dev/null 2>&1; then
+  dpkg -i "$deb" >"$tmp/dpkg.out" 2>&1
+  check "dpkg -i installs the package" dpkg -s xdcr-agent
+  check "installed: xdcr-agent on the PATH runs" bash -c "xdcr-agent version | grep -q '^xdcr-agent '"
+  check "installed: the man page" bash -c "MANWIDTH=80 man xdcr-agent | grep -q 'xdcr-agent run'"
+  check "installed: the unit file" test -f /lib/systemd/system/xdcr-agent.service
+  installed_example=/usr/share/doc/xdcr-agent/examples/xdcr.yaml
+  sed -e "s|^  state_dir: .*|  state_dir: $tmp/installed-state|" \
+      -e "s|^  admin_listen: 127.0.0.1:9464|  admin_listen: 127.0.0.1:$port|" \
+      "$installed_example" >"$tmp/installed.yaml"
+  check "installed: validate accepts the packaged example" \
+    env CREDENTIALS_DIRECTORY="$creds" xdcr-agent validate -c "$tmp/installed.yaml"
+  env CREDENTIALS_DIRECTORY="$creds" xdcr-agent run -c "$tmp/installed.yaml" >"$tmp/installed-run.out" 2>&1 &
+  ipid=$!
+  sleep 2
+  check "installed: run of the packaged example keeps running" kill -0 "$ipid"
+  kill -TERM "$ipid" 2>/dev/null
+  wait "$ipid"
+  check "installed: SIGTERM ends it with 0" test $? -eq 0
+  dpkg -r xdcr-agent >>"$tmp/dpkg.out" 2>&1
+  check "dpkg -r removes it" bash -c "! command -v xdcr-agent"
+  [ "$fail" -eq 0 ] || { cat "$tmp/dpkg.out"; tail -n 20 "$tmp/installed-run.out"; }
+else
+  echo "not CI=true as root with dpkg (or xdcr-agent already installed): the package was not installed"
+fi
+
 printf 'pipelines: [\n' >"$tmp/bad.yaml"
 check "validate rejects a broken file with 78" bash -c \
   "'$tmp/root/usr/bin/xdcr-agent' validate -c '$tmp/bad.yaml'; test \$? -eq 78"
