@@ -400,17 +400,9 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
   // The deadline the rules give, before any maxTTL: the source's (none with strip_ttl),
   // translated into the target's clock when the pipeline compensates skew.
   const int64_t expected = rules_.expected(s.deadline);
-  const int64_t tol = rules_.tolerance_ms;
-  // Without a maxTTL both none is right; with one, the target must have a (clamped) deadline.
-  bool key_ok = rules_.matches(expected, t.deadline) && (max_ttl == 0 || t.deadline >= 0);
-  if (!key_ok && max_ttl > 0 && t.deadline >= 0) {
-    // Clamped when written: now_then + M, now_then in the past, so at most the target's now + M,
-    // and earlier than the deadline it replaced.
-    const int64_t target_now = local_clock_.nowMs() + target_offset_ms_;
-    key_ok =
-        (expected < 0 || t.deadline < expected + tol) && t.deadline <= target_now + max_ttl + tol;
-  }
-  if (key_ok) {
+  // The expected deadline, or with a maxTTL a clamp made at some past write (verify_compare.h).
+  const int64_t target_now = local_clock_.nowMs() + target_offset_ms_;
+  if (rules_.allows(s.deadline, t.deadline, max_ttl, target_now)) {
     // A hash's fields: the same rules, but never a maxTTL clamp (it bounds the key's deadline).
     if (s.type == "hash" && s.fields_read && t.fields_read) {
       const auto diffs = verify::compareFieldDeadlines(rules_, verify::hashFields(s.value),

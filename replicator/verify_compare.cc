@@ -19,6 +19,15 @@ bool DeadlineRules::matches(int64_t expected, int64_t target) const {
   return std::llabs(target - expected) <= tolerance_ms;
 }
 
+bool DeadlineRules::allows(int64_t source, int64_t target, int64_t max_ttl_ms,
+                           int64_t target_now_ms) const {
+  const int64_t want = expected(source);
+  // Without a maxTTL both none is right; with one, the target must have a (clamped) deadline.
+  if (matches(want, target) && (max_ttl_ms == 0 || target >= 0)) return true;
+  return max_ttl_ms > 0 && target >= 0 && (want < 0 || target < want + tolerance_ms) &&
+         target <= target_now_ms + max_ttl_ms + tolerance_ms;
+}
+
 std::string formatDeadline(int64_t deadline) {
   if (deadline == -2) return "absent";
   return deadline < 0 ? std::string("none") : fmt::format("{}", deadline);

@@ -30,6 +30,14 @@ struct DeadlineRules {
   int64_t expected(int64_t source) const;
   /** Both none, or both set and within the tolerance of each other. */
   bool matches(int64_t expected, int64_t target) const;
+  /**
+   * Whether the target deadline `target` (-1 none) is one the rules allow for the source
+   * deadline `source` (-1 none) under the target's maxTTL `max_ttl_ms` (0 none): the expected
+   * deadline within the tolerance (with a maxTTL, some deadline is required), or a clamp made
+   * by a past write — earlier than the expected deadline and no later than `target_now_ms` +
+   * maxTTL (the write happened at some instant before now, unknown here).
+   */
+  bool allows(int64_t source, int64_t target, int64_t max_ttl_ms, int64_t target_now_ms) const;
 };
 
 /** "none", "absent" (HPEXPIRETIME's -2: no such field) or the deadline in ms. */

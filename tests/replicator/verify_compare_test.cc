@@ -66,6 +66,29 @@ TEST(DeadlineRulesTest, Matches) {
   EXPECT_FALSE(r.matches(-1, 5000));
 }
 
+TEST(DeadlineRulesTest, AllowsTheExpectedDeadlineOrAPastClamp) {
+  // verify and explain judge a target deadline with this one rule.
+  const DeadlineRules r{false, 0, 1000};
+  const int64_t now = 1'000'000;
+  // No maxTTL: the source's deadline within the tolerance, or none for none.
+  EXPECT_TRUE(r.allows(-1, -1, 0, now));
+  EXPECT_TRUE(r.allows(now + 3'600'000, now + 3'600'500, 0, now));
+  EXPECT_FALSE(r.allows(now + 3'600'000, now + 60'000, 0, now));
+  EXPECT_FALSE(r.allows(-1, now + 60'000, 0, now));
+  // maxTTL 60 s: a clamp written at some past instant (at most now + M), earlier than E.
+  EXPECT_TRUE(r.allows(now + 3'600'000, now + 60'000, 60'000, now));
+  EXPECT_TRUE(r.allows(now + 3'600'000, now + 10'000, 60'000, now));
+  EXPECT_TRUE(r.allows(-1, now + 60'000, 60'000, now));                // E none: now + M
+  EXPECT_FALSE(r.allows(-1, -1, 60'000, now));                         // never persistent under M
+  EXPECT_FALSE(r.allows(now + 3'600'000, now + 62'000, 60'000, now));  // later than now + M
+  EXPECT_FALSE(r.allows(now + 30'000, now + 45'000, 60'000, now));     // later than E
+  // strip_ttl: E counts as none, so only a clamp is right under M.
+  const DeadlineRules strip{true, 0, 1000};
+  EXPECT_TRUE(strip.allows(now + 3'600'000, -1, 0, now));
+  EXPECT_TRUE(strip.allows(now + 3'600'000, now + 60'000, 60'000, now));
+  EXPECT_FALSE(strip.allows(now + 3'600'000, now + 3'600'000, 0, now));
+}
+
 TEST(FieldDeadlinesTest, SupportFromTheReply) {
   EXPECT_EQ(fieldTtlSupportOf(integers({-1, -2})), FieldTtlSupport::Yes);
   EXPECT_EQ(fieldTtlSupportOf(error("ERR unknown command 'HPEXPIRETIME', with args beginning "
