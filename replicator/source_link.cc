@@ -430,18 +430,16 @@ void SourceLink::countAbortedFullSyncs(const Status& why) {
       reason = "source_closed";
     }
   }
-  bool any = false;
+  snapshot_at_.reset();  // the session is over: no progress lines for it any more
   for (Pipeline* p : pipelines_) {
     SnapshotProgress& pr = p->mutableProgress();
     if (!pr.active) continue;
     pr.active = false;
     ++p->mutableStats().full_syncs_aborted[reason];
-    any = true;
     spdlog::warn("pipeline {}: full sync aborted ({}) after {:.0f} s, {} keys and {} read",
                  p->name(), reason, seconds(clock_.monotonicNow() - pr.started), pr.keys_done,
                  source::formatBytes(pr.bytes_done));
   }
-  if (any) snapshot_at_.reset();
 }
 
 net::awaitable<void> SourceLink::backOff(std::chrono::steady_clock::duration wait) {
