@@ -142,6 +142,35 @@ std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
                              "E.g. after widening a filter: its checkpoints are dropped and it "
                              "starts again with a full sync.");
 
+  auto& x = o.explain;
+  c.explain = app->add_subcommand("explain", "why a key is or is not on the target: a dry run");
+  c.explain->add_option("-c,--config", x.config_path, "config file")->required()->type_name("FILE");
+  c.explain->add_option("-p,--pipeline", x.pipeline, "pipeline name")
+      ->required()
+      ->type_name("NAME");
+  c.explain->add_option("KEY", x.key, "the key, as named on the source")
+      ->required()
+      ->type_name("KEY");
+  c.explain->add_option("--db", x.db, "the source db the key is in (default 0)")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("N");
+  c.explain->add_option("--ttl-tolerance", x.ttl_tolerance, "deadline tolerance (default 1s)")
+      ->type_name("DURATION");
+  c.explain->add_option("-o,--output", x.output, "output format")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->type_name("FORMAT");
+  c.explain->footer(
+      "A dry run (nothing is written): reads KEY on the source (CLIENT NO-TOUCH where the server "
+      "has it, so its idle time stays as it was) and on the target, and tells with the agent's "
+      "own rules whether the pipeline's filters select it (naming the rule that excludes it), "
+      "the target db, key and collection, the max_ttl in effect, the deadline the agent would "
+      "write now (expired on arrival when past), what the target holds and whether it matches, "
+      "and, when it is absent, the likely reasons: filtered, expired by its clamped deadline, "
+      "the pipeline paused or behind (the running agent's /status through agent.admin_listen), "
+      "not yet replicated.\n"
+      "Exit status: 0 explained; 2 a cluster cannot be reached; 78 an invalid configuration or "
+      "pipeline name.");
+
   c.man = app->add_subcommand("man", "print this command line's man page (roff)");
   c.completion = app->add_subcommand("completion", "print a shell completion script");
   c.completion->add_option("SHELL", o.completion.shell, "the shell")

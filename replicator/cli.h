@@ -45,6 +45,14 @@ struct OperatorOptions {
   std::string pipeline;
   std::string admin;  // "" = the config's agent.admin_listen
 };
+struct ExplainCommandOptions {
+  std::string config_path;
+  std::string pipeline;
+  std::string key;
+  int db = 0;
+  std::string ttl_tolerance = "1s";
+  std::string output = "table";
+};
 struct CompletionOptions {
   std::string shell;  // bash | zsh
 };
@@ -59,6 +67,7 @@ struct Options {
   ClockOptions clock;
   StatusOptions status;
   OperatorOptions op;
+  ExplainCommandOptions explain;
   CompletionOptions completion;
 };
 
@@ -73,6 +82,7 @@ struct Commands {
   CLI::App* pause = nullptr;
   CLI::App* resume = nullptr;
   CLI::App* resync = nullptr;
+  CLI::App* explain = nullptr;
   CLI::App* man = nullptr;         // prints the man page (cli_docs.h)
   CLI::App* completion = nullptr;  // prints a shell completion script
 };

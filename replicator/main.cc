@@ -20,6 +20,7 @@
 #include "replicator/cli.h"
 #include "replicator/cli_docs.h"
 #include "replicator/clock_report.h"
+#include "replicator/explain.h"
 #include "replicator/operator_command.h"
 #include "replicator/verify.h"
 
@@ -174,6 +175,25 @@ int main(int argc, char** argv) {
     verify_opts.json = o.verify.output == "json";
     for (const auto& w : xdcr::config::securityWarnings(*cfg)) spdlog::warn("{}", w);
     return xdcr::replicator::runVerify(cfg, verify_opts);
+  }
+  if (commands.explain->parsed()) {
+    auto cfg = load(o.explain.config_path, true);
+    if (!cfg) return kExitConfig;
+    xdcr::setupLogging(log_level.empty() ? "warn" : log_level, xdcr::LogFormat::Text);
+    xdcr::replicator::ExplainOptions explain_opts;
+    explain_opts.pipeline = o.explain.pipeline;
+    explain_opts.key = o.explain.key;
+    explain_opts.db = o.explain.db;
+    explain_opts.json = o.explain.output == "json";
+    auto tol = xdcr::config::parseDuration(o.explain.ttl_tolerance);
+    if (!tol) {
+      std::cerr << "explain: --ttl-tolerance " << o.explain.ttl_tolerance
+                << ": not a duration (e.g. 500ms, 1s, 2m)\n";
+      return kExitConfig;
+    }
+    explain_opts.ttl_tolerance = *tol;
+    for (const auto& w : xdcr::config::securityWarnings(*cfg)) spdlog::warn("{}", w);
+    return xdcr::replicator::runExplain(cfg, explain_opts);
   }
   if (commands.clock->parsed()) {
     auto cfg = load(o.clock.config_path, true);
