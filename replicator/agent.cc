@@ -613,8 +613,8 @@ int runAgent(config::ConfigConstSharedPtr config) {
       figures.last_reload_successful = false;
       figures.last_reload_error = first_error.empty() ? "invalid configuration" : first_error;
       rejected_digest = digest;
-      spdlog::error("reload ({}): {} is invalid; keeping the running configuration", why,
-                    current->path);
+      spdlog::error("reload: {} is invalid; keeping the running configuration ({})", current->path,
+                    why);
       return;
     }
     if (r.config->agent.admin_listen != current->agent.admin_listen ||
@@ -634,7 +634,7 @@ int runAgent(config::ConfigConstSharedPtr config) {
     figures.last_reload_success_unix = double(clock.nowMs()) / 1e3;
     ops.loaded_digest = digest;
     rejected_digest.clear();
-    spdlog::info("reload ({}): {} applied", why, current->path);
+    spdlog::info("reload: {} applied ({})", current->path, why);
   };
 
   // agent.watch_config: a changed file is applied once it reads the same twice in a row (an
