@@ -430,8 +430,9 @@ TEST_F(SpoolTest, ADropDuringAFullSyncNamesTheOutputBufferLimit) {
       [&] {
         auto r = replicator::adminGet(admin_, "/metrics", 5s);
         metrics = r ? r->second : "";
-        return metrics.find("xdcr_full_syncs_aborted_total{pipeline=\"p\",reason=\"output_buffer_"
-                            "limit\"} ") != std::string::npos;
+        return metrics.find(
+                   "xdcr_full_syncs_aborted_total{pipeline=\"p\",reason=\"output_buffer_"
+                   "limit\"} ") != std::string::npos;
       },
       10s, 200ms))
       << metrics;
