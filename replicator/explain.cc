@@ -22,6 +22,7 @@
 #include "filters/key_space.h"
 #include "replicator/admin_server.h"
 #include "replicator/checkpoint.h"
+#include "replicator/one_shot.h"
 #include "replicator/verify_compare.h"
 #include "replicator/verify_side.h"
 #include "source/event.h"
@@ -795,29 +796,12 @@ void Explainer::printTable() const {
 int runExplain(const config::ConfigConstSharedPtr& config, const ExplainOptions& options) {
   const config::PipelineConfig* pipe = config->pipeline(options.pipeline);
   if (pipe == nullptr) {
-    std::string names;
-    for (const auto& p : config->pipelines) names += (names.empty() ? "" : ", ") + p.name;
-    std::cerr << "explain: no pipeline named \"" << options.pipeline << "\" in " << config->path
-              << " (pipelines: " << names << ")\n";
+    std::cerr << "explain: " << noSuchPipeline(*config, options.pipeline) << "\n";
     return 78;
   }
   net::io_context ioc(1);
   Explainer x(*config, *pipe, options, ioc.get_executor());
-  int code = 2;
-  net::co_spawn(ioc, x.run(), [&](std::exception_ptr e, int c) {
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        std::cerr << "explain: unexpected failure: " << ex.what() << "\n";
-      }
-      code = 2;
-    } else {
-      code = c;
-    }
-  });
-  ioc.run();
-  return code;
+  return runOneShot("explain", ioc, x.run());
 }
 
 }  // namespace xdcr::replicator

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "replicator/admin_server.h"
+#include "replicator/one_shot.h"
 #include "replicator/operator_state.h"
 #include "replicator/state_lock.h"
 
@@ -58,10 +59,8 @@ int recordOffline(const config::Config& config, const std::string& action,
 int runOperatorCommand(const config::Config& config, const std::string& action,
                        const std::string& pipeline, const std::string& admin_override) {
   if (config.pipeline(pipeline) == nullptr) {
-    std::string names;
-    for (const auto& p : config.pipelines) names += (names.empty() ? "" : ", ") + p.name;
-    std::fprintf(stderr, "xdcr-agent %s: no pipeline named \"%s\" in %s (pipelines: %s)\n",
-                 action.c_str(), pipeline.c_str(), config.path.c_str(), names.c_str());
+    std::fprintf(stderr, "xdcr-agent %s: %s\n", action.c_str(),
+                 noSuchPipeline(config, pipeline).c_str());
     return 1;
   }
   const std::string admin =

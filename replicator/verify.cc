@@ -21,6 +21,7 @@
 #include "common/stats.h"
 #include "filters/key_space.h"
 #include "replicator/checkpoint.h"
+#include "replicator/one_shot.h"
 #include "replicator/verify_compare.h"
 #include "replicator/verify_side.h"
 #include "source/expiry_index.h"
@@ -719,29 +720,12 @@ net::awaitable<int> Verifier::run() {
 int runVerify(const config::ConfigConstSharedPtr& config, const VerifyOptions& options) {
   const config::PipelineConfig* pipe = config->pipeline(options.pipeline);
   if (pipe == nullptr) {
-    std::string names;
-    for (const auto& p : config->pipelines) names += (names.empty() ? "" : ", ") + p.name;
-    std::cerr << "verify: no pipeline named \"" << options.pipeline << "\" in " << config->path
-              << " (pipelines: " << names << ")\n";
+    std::cerr << "verify: " << noSuchPipeline(*config, options.pipeline) << "\n";
     return 78;
   }
   net::io_context ioc(1);
   Verifier v(*config, *pipe, options, ioc.get_executor());
-  int code = 2;
-  net::co_spawn(ioc, v.run(), [&](std::exception_ptr e, int c) {
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        std::cerr << "verify: unexpected failure: " << ex.what() << "\n";
-      }
-      code = 2;
-    } else {
-      code = c;
-    }
-  });
-  ioc.run();
-  return code;
+  return runOneShot("verify", ioc, v.run());
 }
 
 }  // namespace xdcr::replicator
