@@ -85,6 +85,18 @@ class OperatorTest : public ::testing::Test {
     return std::regex_search(text, m, re) ? std::strtod(m[2].str().c_str(), nullptr) : NAN;
   }
   static std::string p() { return std::string("pipeline=\"") + kPipeline + "\""; }
+  /** Waits until /metrics shows at least `min_backlog` bytes and `min_lag` seconds; the last
+   *  figures seen in `backlog` and `lag`. */
+  bool waitForLagAndBacklog(double min_backlog, double min_lag, std::chrono::milliseconds timeout,
+                            double& backlog, double& lag) {
+    return waitUntil(
+        [&] {
+          backlog = metric("xdcr_backlog_bytes{" + p() + "}");
+          lag = metric("xdcr_replication_lag_seconds{" + p() + "}");
+          return backlog >= min_backlog && lag >= min_lag;
+        },
+        timeout, 250ms);
+  }
   /** `n` keys `prefix<i>` of `value_bytes` random bytes on the source, pipelined. */
   void write(const std::string& prefix, int n, size_t value_bytes) {
     RespClient c = source_.client(60s);
@@ -141,13 +153,7 @@ TEST_F(OperatorTest, LagAndBacklogCountTheSourceWhileTheTargetIsDown) {
   write("down:", 2000, 1000);  // about 2 MB the target does not get
   ASSERT_FALSE(HasFatalFailure());
   double backlog = 0, lag = 0;
-  const bool seen = waitUntil(
-      [&] {
-        backlog = metric("xdcr_backlog_bytes{" + p() + "}");
-        lag = metric("xdcr_replication_lag_seconds{" + p() + "}");
-        return backlog >= 2e6 && lag >= 3;
-      },
-      20s, 250ms);
+  const bool seen = waitForLagAndBacklog(2e6, 3, 20s, backlog, lag);
   std::printf("[ operator ] target down %.1f s: backlog %.0f B, lag %.1f s, eta %g s\n",
               std::chrono::duration<double>(Clock::now() - down_at).count(), backlog, lag,
               metric("xdcr_catchup_eta_seconds{" + p() + "}"));
@@ -173,13 +179,7 @@ TEST_F(OperatorTest, LagAndBacklogCountTheSourceWhilePaused) {
   write("paused:", 3000, 1000);  // about 3 MB
   ASSERT_FALSE(HasFatalFailure());
   double backlog = 0, lag = 0;
-  const bool seen = waitUntil(
-      [&] {
-        backlog = metric("xdcr_backlog_bytes{" + p() + "}");
-        lag = metric("xdcr_replication_lag_seconds{" + p() + "}");
-        return backlog >= 3e6 && lag >= 2;
-      },
-      15s, 250ms);
+  const bool seen = waitForLagAndBacklog(3e6, 2, 15s, backlog, lag);
   std::printf("[ operator ] paused: backlog %.0f B (source %llu ahead), lag %.1f s\n", backlog,
               static_cast<unsigned long long>(sourceOffset() -
                                               pipeline()["applied_offset"].get<uint64_t>()),
