@@ -41,6 +41,8 @@ check "example state_dir is /var/lib/<StateDirectory=>" \
 check "ExecStart runs /etc/xdcr-agent/xdcr.yaml" grep -qx 'ExecStart=/usr/bin/xdcr-agent run -c /etc/xdcr-agent/xdcr.yaml' "$unit"
 check "ExecStartPre validates it" grep -qx 'ExecStartPre=/usr/bin/xdcr-agent validate -c /etc/xdcr-agent/xdcr.yaml' "$unit"
 check "78 does not restart" grep -qx 'RestartPreventExitStatus=78' "$unit"
+check "systemctl reload validates before SIGHUP (an invalid file fails the reload)" bash -c \
+  "grep '^ExecReload=' '$unit' | head -1 | grep -qx 'ExecReload=/usr/bin/xdcr-agent validate -c /etc/xdcr-agent/xdcr.yaml'"
 creds=$(grep -v '^ *#' "$example" | grep -oE '\{credential: *[A-Za-z0-9_.-]+\}' | sed -E 's/.*: *([^}]*)\}/\1/')
 check "the example takes a secret as a credential" test -n "$creds"
 for c in $creds; do
