@@ -71,6 +71,9 @@ struct Limits {
 
   // ---- full-sync progress: a log line this often.
   Duration progress_report = std::chrono::seconds(5);
+  // ---- the source's own offset (replicator/source_head.h): INFO replication read, and lag,
+  // backlog and apply rate set from it, this often, session or not.
+  Duration head_period = std::chrono::seconds(1);
 };
 
 /** The fixed bounds of a full sync's spool (issue 17; source/spool.h, source/redis_source.cc). */

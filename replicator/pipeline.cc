@@ -292,10 +292,9 @@ Status Pipeline::resume() {
   return Status{};
 }
 
-std::pair<double, double> Pipeline::fullSyncEstimate(
-    std::chrono::steady_clock::time_point now) const {
+Pipeline::FullSyncEstimate Pipeline::fullSyncEstimate() const {
   const SnapshotProgress& pr = progress_;
-  if (!pr.active) return {0, 0};
+  if (!pr.active) return {};
   double ratio = 0;
   if (pr.bytes_total > 0) {
     ratio = double(pr.bytes_done) / double(pr.bytes_total);
@@ -303,10 +302,10 @@ std::pair<double, double> Pipeline::fullSyncEstimate(
     ratio = double(pr.keys_done) / double(pr.keys_total);
   }
   ratio = std::clamp(ratio, 0.0, 1.0);
-  const double elapsed = std::chrono::duration<double>(now - pr.started).count();
+  const double elapsed = std::chrono::duration<double>(clock_.monotonicNow() - pr.started).count();
   const double eta = ratio > 0 && elapsed > 0 ? elapsed * (1 - ratio) / ratio
                                               : std::numeric_limits<double>::infinity();
-  return {ratio, eta};
+  return {elapsed, ratio, eta};
 }
 
 std::string Pipeline::pausedDetail() const {

@@ -175,9 +175,14 @@ class Pipeline {
   }
   /** Stream bytes applied per second over the last 30 s. */
   double applyRate() const { return apply_rate_; }
-  /** The running full sync's share done (0..1) and the seconds it still needs (+inf: unknown
-   *  or stalled); both 0 when none runs. */
-  std::pair<double, double> fullSyncEstimate(std::chrono::steady_clock::time_point now) const;
+  /** A running full sync, on the pipeline's clock: seconds so far, share done (0..1) and the
+   *  seconds it still needs (+inf: unknown yet); all 0 when none runs. */
+  struct FullSyncEstimate {
+    double seconds = 0;
+    double ratio = 0;
+    double eta = 0;
+  };
+  FullSyncEstimate fullSyncEstimate() const;
   int64_t lastCheckpointMs() const { return last_checkpoint_ms_; }
   /** The expiry index of the link this pipeline reads (empty when none runs). */
   const source::ExpiryIndex& expiryIndex() const;

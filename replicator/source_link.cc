@@ -307,7 +307,7 @@ net::awaitable<void> SourceLink::runSessions() {
 net::awaitable<void> SourceLink::tickFigures() {
   for (;;) {
     net::steady_timer t(ex_);
-    t.expires_after(std::chrono::seconds(1));
+    t.expires_after(limits_.head_period);
     auto [ec] = co_await t.async_wait(net::as_tuple(net::use_awaitable));
     if (ec) co_return;  // cancelled: the link ends
     updateFromHead();
@@ -330,13 +330,12 @@ net::awaitable<void> SourceLink::run() {
 }
 
 net::awaitable<void> SourceLink::watchHead() {
-  constexpr auto kPeriod = std::chrono::seconds(1);
   std::optional<RedisConnection> conn;
   std::string conn_address;
   const std::vector<std::vector<std::string>> info = {{"INFO", "replication"}};
   for (;;) {
     net::steady_timer t(ex_);
-    t.expires_after(kPeriod);
+    t.expires_after(limits_.head_period);
     auto [ec] = co_await t.async_wait(net::as_tuple(net::use_awaitable));
     if (ec) co_return;  // cancelled: the link ends
     try {
@@ -398,7 +397,7 @@ void SourceLink::updateFromHead() {
                       p->applyRateTracker().bytesPerSecond());
   }
   // A full sync is never silent for longer than progress_report, stalled or not (this runs
-  // every second: a line is due when the next run would be late).
+  // every head_period: a line is due when the next run would be late).
   if (snapshot_at_ && firstLive() != nullptr) {
     const uint64_t bytes = firstLive()->p->snapshotProgress().bytes_done;
     if (bytes != last_reported_bytes_) {
@@ -407,7 +406,7 @@ void SourceLink::updateFromHead() {
     }
   }
   if (snapshot_at_ && !members_.empty() &&
-      now - last_report_ + std::chrono::seconds(1) > limits_.progress_report) {
+      now - last_report_ + limits_.head_period > limits_.progress_report) {
     reportProgress(false);
   }
 }
@@ -1519,9 +1518,9 @@ void SourceLink::reportProgress(bool final) {
           "link back, or the source still writing its snapshot to disk)",
           quiet);
     } else {
-      const auto [ratio, eta] = m.p->fullSyncEstimate(now);
+      const Pipeline::FullSyncEstimate e = m.p->fullSyncEstimate();
       pace = fmt::format(", {:.2f} MB/s", secs > 0 ? pr.bytes_done / secs / 1e6 : 0.0);
-      if (std::isfinite(eta) && ratio > 0) pace += fmt::format(", about {:.0f} s left", eta);
+      if (std::isfinite(e.eta) && e.ratio > 0) pace += fmt::format(", about {:.0f} s left", e.eta);
     }
     spdlog::info("pipeline {}: full sync: {}, {}, {:.0f} s{}", m.p->name(), keys, bytes, secs,
                  pace);

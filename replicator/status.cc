@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
-#include <tuple>
 #include <variant>
 
 #include "common/version.h"
@@ -16,12 +15,13 @@ PipelineMetrics metricsOf(const Pipeline& p) {
   m.name = p.name();
   m.shard = p.shardLabel();
   m.stats = &p.stats();
-  const auto now = std::chrono::steady_clock::now();
   m.lag_seconds = p.lagSeconds();
   m.backlog_bytes = p.backlogBytes();
   m.apply_rate = p.applyRate();
   m.catchup_eta_seconds = catchUpSeconds(m.backlog_bytes, m.apply_rate);
-  std::tie(m.full_sync_progress_ratio, m.full_sync_eta_seconds) = p.fullSyncEstimate(now);
+  const Pipeline::FullSyncEstimate fs = p.fullSyncEstimate();
+  m.full_sync_progress_ratio = fs.ratio;
+  m.full_sync_eta_seconds = fs.eta;
   m.state = stateName(p.state());
   m.up = p.state() == PipelineState::Streaming ? 1 : 0;
   m.spool_bytes = p.snapshotProgress().spooled_bytes;
@@ -33,7 +33,7 @@ PipelineMetrics metricsOf(const Pipeline& p) {
   m.skew = &p.skew();
   m.compensation_seconds = double(p.compensationMs()) / 1e3;
   m.bandwidth_limit = p.bandwidthLimit();
-  const Pipeline::Bandwidth b = p.bandwidth(now);
+  const Pipeline::Bandwidth b = p.bandwidth(std::chrono::steady_clock::now());
   m.read_throttled_seconds = b.read_throttled_seconds;
   m.write_throttled_seconds = b.write_throttled_seconds;
   return m;
@@ -106,13 +106,11 @@ nlohmann::json statusJson(const std::vector<std::unique_ptr<Pipeline>>& pipeline
     if (fs.active) {
       // Running: the time so far, the rate and what remains (seconds is the last one's
       // duration once it ends). An unknown ETA is null.
-      const auto now = std::chrono::steady_clock::now();
-      const double secs = std::chrono::duration<double>(now - fs.started).count();
-      const auto [ratio, eta] = p->fullSyncEstimate(now);
-      pj["full_sync"].update({{"seconds", secs},
-                              {"progress", ratio},
-                              {"bytes_per_second", secs > 0 ? fs.bytes_done / secs : 0.0},
-                              {"eta_seconds", eta}});
+      const Pipeline::FullSyncEstimate e = p->fullSyncEstimate();
+      pj["full_sync"].update({{"seconds", e.seconds},
+                              {"progress", e.ratio},
+                              {"bytes_per_second", e.seconds > 0 ? fs.bytes_done / e.seconds : 0.0},
+                              {"eta_seconds", e.eta}});
     }
     // The spool of this full sync (or of the last one once drained; source/spool.h).
     pj["full_sync"].update({{"spooling", fs.spooling},
