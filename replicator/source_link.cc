@@ -842,6 +842,14 @@ net::awaitable<Status> SourceLink::streamSide(source::Source& source) {
   arrivals_.clear();
   if (*kind == source::SyncKind::Full) {
     for (auto& m : members_) {
+      if (m.gone || !resume_at_ || m.p->config().delete_stale_keys) continue;
+      spdlog::warn(
+          "pipeline {}: a full sync after checkpoint {}:{}: keys the source deleted since that "
+          "the target still holds stay there (and a later write of a list, hash, set or zset "
+          "merges into them); full_sync.delete_stale_keys deletes them after the snapshot",
+          m.p->name(), resume_at_->replid, resume_at_->offset);
+    }
+    for (auto& m : members_) {
       if (m.gone) continue;
       // Before the stream resumes, so nothing written after the snapshot can look stale: the
       // key space (full_sync.delete_stale_keys), or what an interrupted full sync wrote.
@@ -1167,7 +1175,11 @@ void SourceLink::updateLag(const source::Source& source) {
 net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
   Watchdog source_silence(limits_.source_silence, clock_.monotonicNow());
   uint64_t last_bytes = source.bytesRead();
-  last_checkpoint_ = clock_.monotonicNow();
+  // last_checkpoint_ is when this process last wrote a checkpoint (never: the epoch), not when
+  // the session began: a session resumed after a crash checkpoints as soon as it has applied
+  // something. Restarting the interval with every session kept an agent that lives less than
+  // checkpoint_interval (a crash loop) at its old checkpoint until the source's backlog no
+  // longer held it, and the full sync that followed left keys deleted meanwhile on the target.
   const auto session_start = clock_.monotonicNow();
   for (;;) {
     co_await ack_wake_.waitFor(ackPeriod(limits_, clock_.monotonicNow() - session_start));

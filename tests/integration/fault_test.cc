@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "tests/support/harness.h"
@@ -144,7 +145,9 @@ class FaultTest : public ::testing::Test {
                                std::to_string(target_->port()) +
                                "\"}\n"
                                "pipelines:\n"
-                               "  - {name: p, source: src, target: dst, checkpoint_interval: 1s,\n"
+                               "  - {name: p, source: src, target: dst, checkpoint_interval: " +
+                               checkpoint_interval_ +
+                               ",\n"
                                "     full_sync: {delete_stale_keys: " +
                                (delete_stale_keys ? "true" : "false") + "}" + pipeline_extra +
                                "}\n");
@@ -192,6 +195,7 @@ class FaultTest : public ::testing::Test {
   std::string config_;
   std::unique_ptr<AgentProcess> agent_;
   int starts_ = 0, verifies_ = 0;
+  std::string checkpoint_interval_ = "1s";
 };
 
 TEST_F(FaultTest, TenSigkillsAtRandomMomentsLoseNothing) {
@@ -210,6 +214,48 @@ TEST_F(FaultTest, TenSigkillsAtRandomMomentsLoseNothing) {
   RespClient src = source_.client();
   std::cout << "[ fault    ] (a) source: sync_full " << src.info("stats")["sync_full"]
             << ", sync_partial_ok " << src.info("stats")["sync_partial_ok"] << std::endl;
+}
+
+// An agent that never lives as long as checkpoint_interval (a crash loop) must still move its
+// checkpoint on. It did not: the interval restarted with every session, so each life resumed
+// from the checkpoint of the first full sync, the replay grew with the source's stream, and once
+// the source's backlog no longer held that offset a full sync followed, which left the keys
+// deleted meanwhile on the target (CI's sanitized run: TenSigkillsAtRandomMomentsLoseNothing,
+// sync_full 2, 16 extra keys and 10 lists with extra elements).
+TEST_F(FaultTest, ACrashLoopShorterThanTheCheckpointIntervalStillAdvancesTheCheckpoint) {
+  checkpoint_interval_ = "60s";
+  start();
+  Load load(source_.port(), 4);
+  const std::regex resumed(R"(resuming from checkpoint [0-9a-f]+:([0-9]+))");
+  std::vector<uint64_t> offsets;
+  const int kLives = 4;
+  for (int life = 0; life < kLives; ++life) {
+    ASSERT_TRUE(waitUntil(
+        [&] { return agent_->logText().find("streaming from") != std::string::npos; }, 60s))
+        << agent_->logTail();
+    std::this_thread::sleep_for(2s);  // well under checkpoint_interval
+    agent_->kill();
+    startAgent();
+    ASSERT_TRUE(waitUntil(
+        [&] { return agent_->logText().find("resuming from checkpoint") != std::string::npos; },
+        30s))
+        << agent_->logTail();
+    std::smatch m;
+    const std::string log = agent_->logText();
+    ASSERT_TRUE(std::regex_search(log, m, resumed)) << log;
+    offsets.push_back(std::stoull(m[1].str()));
+  }
+  std::string seen;
+  for (uint64_t o : offsets) seen += " " + std::to_string(o);
+  std::cout << "[ fault    ] crash loop, checkpoint_interval 60s, 2 s lives: resumed from" << seen
+            << std::endl;
+  for (size_t i = 1; i < offsets.size(); ++i) {
+    EXPECT_GT(offsets[i], offsets[i - 1]) << "life " << i << " resumed from the same checkpoint "
+                                          << "as the one before:" << seen;
+  }
+  expectInSync(load, "crash loop", kLives);
+  RespClient src = source_.client();
+  EXPECT_EQ(src.info("stats")["sync_full"], "1") << "a crash loop needed a new full sync";
 }
 
 // A crash during the full sync (before the checkpoint after its snapshot) leaves part of that
