@@ -124,13 +124,19 @@ struct NodeAddress {
 };
 
 /** The kinds of cluster (interface.md §2 and §6.1). */
-enum class ClusterKind { Redis, RedisCluster, RedisSentinel };
+enum class ClusterKind { Redis, RedisCluster, RedisSentinel, Memcached };
+/** A memcached target's `non_strings`: what a value that is not a Redis string becomes. */
+enum class NonStrings {
+  Refuse,  // not written, counted (xdcr_target_write_failures_total{reason="unwritable"})
+  Dump,    // the snapshot's RDB DUMP payload (RESTORE format), client flag kMemcachedFlagDump
+  Json,    // a JSON rendering of the decoded value, client flag kMemcachedFlagJson
+};
 /** redis_cluster as a source: replicate each shard from its master or from one of its replicas. */
 enum class ReadFrom { Master, Replica };
 
 struct ClusterConfig {
   std::string name;
-  std::string type = "redis";  // as written: redis | redis_cluster | redis_sentinel
+  std::string type = "redis";  // as written: redis | redis_cluster | redis_sentinel | memcached
   ClusterKind kind = ClusterKind::Redis;
   // type redis: `address`. redis_cluster: the first seed. redis_sentinel: the master's address
   // as last discovered is not kept here; host/port are the first Sentinel's (for messages only).
@@ -172,9 +178,12 @@ struct ClusterConfig {
   Secret password;
   std::optional<TlsConfig> tls;       // present = TLS on
   std::vector<BucketConfig> buckets;  // maxTTL applied when this cluster is a target
+  /** type memcached: `non_strings` (docs/interface.md §6.1). */
+  NonStrings non_strings = NonStrings::Refuse;
   Mark mark;
 
   bool isRedisCluster() const { return kind == ClusterKind::RedisCluster; }
+  bool isMemcached() const { return kind == ClusterKind::Memcached; }
   bool isSentinel() const { return kind == ClusterKind::RedisSentinel; }
   /**
    * For messages: the address (type redis), the seeds (redis_cluster: "h1:p1,h2:p2"), the

@@ -47,6 +47,7 @@ constexpr int64_t kMaxDb = 1023;
 // agent.threads: more than links can use is a mistake (a link runs on one thread).
 constexpr int64_t kMaxThreads = 64;
 constexpr uint16_t kDefaultRedisPort = 6379;
+constexpr uint16_t kDefaultMemcachedPort = 11211;
 constexpr uint16_t kDefaultSentinelPort = 26379;
 constexpr uint16_t kDefaultNtpPort = 123;
 
@@ -1057,7 +1058,7 @@ void parseCollections(const Entry& section, BucketConfig& bucket, Diagnostics& d
 }
 
 /** `only_db0`: a Redis Cluster, whose one database is db 0. */
-void parseBuckets(const Entry& section, const std::string& cluster_name, bool only_db0,
+void parseBuckets(const Entry& section, const std::string& cluster_name, const char* only_db0,
                   std::vector<BucketConfig>& buckets, Diagnostics& diags) {
   if (!expectList(section, diags)) {
     return;
@@ -1075,10 +1076,10 @@ void parseBuckets(const Entry& section, const std::string& cluster_name, bool on
     int64_t db_value = -1;
     if (const Entry* e = reader.require("db", "db: 0", diags)) {
       std::optional<int64_t> db = readInt(e->value, e->value_mark, "db", 0, kMaxDb, diags);
-      if (db && only_db0 && *db != 0) {
+      if (db && only_db0 != nullptr && *db != 0) {
         diags.error(e->value_mark, "bucket for db " + std::to_string(*db) + " in cluster " +
-                                       quote(cluster_name) +
-                                       ": a Redis Cluster has only db 0; use db: 0 (and "
+                                       quote(cluster_name) + ": " + only_db0 +
+                                       " has only db 0; use db: 0 (and "
                                        "collections to tell key sets apart)");
         db.reset();
       }
@@ -1176,6 +1177,7 @@ void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnos
     if (e == nullptr || type == f.kind) {
       continue;
     }
+    if (type == "memcached" && std::string_view(f.key) == "address") continue;  // it takes one
     std::string key = f.key;
     std::string message = key;
     message.append(" is not used by a cluster of type ")
@@ -1194,6 +1196,10 @@ void refuseForeignKeys(const MapReader& reader, const std::string& type, Diagnos
     } else if (type == "redis_cluster") {
       message += key == "address" ? "list the seed nodes as addresses: [host:port, ...]"
                                   : "remove it (a Redis Cluster is reached through addresses:)";
+    } else if (type == "memcached") {
+      message += key == "addresses" || key == "sentinels"
+                     ? "a memcached target is one server: write address: host:port"
+                     : "remove it";
     } else {  // redis_sentinel
       message += key == "address"     ? "list the Sentinels as sentinels: [host:port, ...]; the "
                                         "master's address comes from them"
@@ -1283,7 +1289,7 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
   MapReader reader(entry.value, "in cluster",
                    {"type", "address", "addresses", "read_from", "slots", "sentinels",
                     "master_name", "sentinel_username", "sentinel_password", "link_timeout",
-                    "spool_limit", "username", "password", "tls", "buckets"},
+                    "spool_limit", "username", "password", "tls", "buckets", "non_strings"},
                    diags);
   bool type_ok = true;
   if (const Entry* e = reader.get("type")) {
@@ -1292,7 +1298,8 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
     if (auto kind = readEnum<ClusterKind>(*e,
                                           {{"redis", ClusterKind::Redis},
                                            {"redis_cluster", ClusterKind::RedisCluster},
-                                           {"redis_sentinel", ClusterKind::RedisSentinel}},
+                                           {"redis_sentinel", ClusterKind::RedisSentinel},
+                                           {"memcached", ClusterKind::Memcached}},
                                           diags)) {
       cluster.kind = *kind;
       cluster.type = e->value.Scalar();
@@ -1308,12 +1315,15 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
   const bool other_nodes = reader.find("address") != nullptr ||
                            reader.find("addresses") != nullptr ||
                            reader.find("sentinels") != nullptr;
-  if (type_ok && cluster.kind == ClusterKind::Redis &&
+  const bool memcached = type_ok && cluster.kind == ClusterKind::Memcached;
+  if (memcached) cluster.port = kDefaultMemcachedPort;
+  if (type_ok && (cluster.kind == ClusterKind::Redis || memcached) &&
       (reader.find("address") != nullptr || !other_nodes)) {
     if (const Entry* e = reader.require("address", "address: host:port", diags)) {
       if (auto text = readString(*e, diags)) {
         std::string why;
-        if (auto hp = splitHostPort(*text, kDefaultRedisPort, why)) {
+        if (auto hp =
+                splitHostPort(*text, memcached ? kDefaultMemcachedPort : kDefaultRedisPort, why)) {
           cluster.host = hp->host;
           cluster.port = hp->port;
           info.address_ok = true;
@@ -1420,8 +1430,39 @@ void parseCluster(const Entry& entry, const ParseContext& ctx, ClusterConfig& cl
     }
   }
   if (const Entry* e = reader.get("buckets")) {
-    parseBuckets(*e, cluster.name, type_ok && cluster.kind == ClusterKind::RedisCluster,
-                 cluster.buckets, diags);
+    const char* only_db0 = !type_ok                                    ? nullptr
+                           : cluster.kind == ClusterKind::RedisCluster ? "a Redis Cluster"
+                           : memcached                                 ? "memcached"
+                                                                       : nullptr;
+    parseBuckets(*e, cluster.name, only_db0, cluster.buckets, diags);
+  }
+  if (memcached) {
+    // memcached 1.6 has no TLS or SASL on the text/meta protocol as the agent speaks it.
+    for (const char* key : {"username", "password", "tls"}) {
+      if (const Entry* e = reader.find(key)) {
+        diags.error(
+            e->key_mark,
+            std::string(key) +
+                " is not supported for a cluster of type memcached (the "
+                "agent speaks memcached's plain meta protocol, without TLS or SASL); remove " +
+                key + " and reach memcached over a trusted network or a tunnel");
+      }
+    }
+  }
+  if (const Entry* e = reader.get("non_strings")) {
+    if (!memcached) {
+      if (type_ok) {
+        diags.error(e->key_mark,
+                    "non_strings is for a cluster of type memcached (what a value "
+                    "that is not a string becomes there); remove it");
+      }
+    } else if (auto v = readEnum<NonStrings>(*e,
+                                             {{"refuse", NonStrings::Refuse},
+                                              {"dump", NonStrings::Dump},
+                                              {"json", NonStrings::Json}},
+                                             diags)) {
+      cluster.non_strings = *v;
+    }
   }
 }
 

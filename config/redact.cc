@@ -60,6 +60,12 @@ Json clusterJson(const ClusterConfig& cluster) {
     case ClusterKind::Redis:
       json["address"] = internal::joinHostPort(cluster.host, cluster.port);
       break;
+    case ClusterKind::Memcached:
+      json["address"] = internal::joinHostPort(cluster.host, cluster.port);
+      json["non_strings"] = cluster.non_strings == NonStrings::Dump   ? "dump"
+                            : cluster.non_strings == NonStrings::Json ? "json"
+                                                                      : "refuse";
+      break;
     case ClusterKind::RedisCluster:
       json["addresses"] = nodes(cluster.seeds);
       json["read_from"] = cluster.read_from == ReadFrom::Replica ? "replica" : "master";

@@ -40,6 +40,7 @@ std::vector<std::string> identityKeys(const ClusterConfig& cluster) {
   std::vector<std::string> keys;
   switch (cluster.kind) {
     case ClusterKind::Redis:
+    case ClusterKind::Memcached:
       keys.push_back(lowerHostPort(cluster.host, cluster.port));
       break;
     case ClusterKind::RedisCluster:
@@ -91,8 +92,9 @@ class ServerGroups {
 
 /** Where a cluster is, for messages: its address, seeds, or master name and Sentinels. */
 std::string placeOf(const ClusterConfig& cluster) {
-  return cluster.kind == ClusterKind::Redis ? joinHostPort(cluster.host, cluster.port)
-                                            : cluster.address();
+  return cluster.kind == ClusterKind::Redis || cluster.kind == ClusterKind::Memcached
+             ? joinHostPort(cluster.host, cluster.port)
+             : cluster.address();
 }
 
 /** Why two clusters of one group are one: "have the same address H:P", "share the node H:P". */
@@ -175,6 +177,63 @@ void checkSelfReplication(const ParsedConfig& parsed, const ServerGroups& groups
 }
 
 /**
+ * A memcached target (docs/interface.md §6.1) has no databases, no flush of one key space and
+ * cannot list its keys cheaply: a dbs map into another db than 0, replicate_flush and
+ * full_sync.delete_stale_keys cannot be applied there.
+ */
+void checkMemcachedTarget(const ClusterConfig& target, const PipelineConfig& pipeline,
+                          const PipelineMarks& marks, Diagnostics& diags) {
+  std::string who = pipeline.name.empty() ? "this pipeline" : "pipeline " + quote(pipeline.name);
+  for (const auto& [from, to] : pipeline.dbs) {
+    if (to == 0) continue;
+    auto it = marks.dbs.find(from);
+    diags.error(it != marks.dbs.end() ? it->second : marks.target,
+                fmt::format("{} maps source db {} to db {} of target {}, but memcached has no "
+                            "databases (everything is db 0); map every source db to 0 and use "
+                            "key_rewrite to keep them apart",
+                            who, from, to, quote(target.name)));
+  }
+  if (pipeline.dbs.empty()) {
+    diags.warning(marks.target,
+                  fmt::format("{} has no dbs map, so every source db goes to the db of the same "
+                              "number, but target {} is memcached, which has only db 0: writes in "
+                              "source dbs other than 0 are not applied (counted in "
+                              "xdcr_target_write_failures_total{{reason=\"db\"}}); write dbs: "
+                              "{{0: 0}}",
+                              who, quote(target.name)));
+  }
+  if (pipeline.filters.replicate_flush) {
+    diags.error(marks.target,
+                fmt::format("{}: replicate_flush cannot be applied to memcached target {}: its "
+                            "only flush (flush_all) empties the whole server, keys of other "
+                            "pipelines and applications included; remove replicate_flush",
+                            who, quote(target.name)));
+  }
+  if (pipeline.delete_stale_keys) {
+    diags.error(marks.target,
+                fmt::format("{}: full_sync.delete_stale_keys is not supported for memcached "
+                            "target {} (memcached cannot list its keys reliably); remove it — "
+                            "stale keys there end with their own deadline or by LRU eviction",
+                            who, quote(target.name)));
+  }
+}
+
+/** memcached is a target only: it has no change stream to replicate from. */
+void checkMemcachedSources(const ParsedConfig& parsed, Diagnostics& diags) {
+  for (size_t i = 0; i < parsed.config.pipelines.size(); ++i) {
+    const PipelineConfig& pipeline = parsed.config.pipelines[i];
+    const ClusterConfig* source = parsed.config.cluster(pipeline.source);
+    if (source == nullptr || !source->isMemcached()) continue;
+    std::string who = pipeline.name.empty() ? "this pipeline" : "pipeline " + quote(pipeline.name);
+    diags.error(parsed.pipeline_marks[i].source,
+                fmt::format("{} reads from cluster {}, which is memcached: memcached can only be "
+                            "a target (it has no change stream to replicate from); use a Redis "
+                            "source, or make {} the pipeline's target",
+                            who, quote(source->name), quote(source->name)));
+  }
+}
+
+/**
  * A Redis Cluster has one database, db 0 (cluster-notes.md §4.1: SELECT n != 0 is refused): a
  * dbs map into another db of a cluster target cannot be applied; a dbs entry for another db of a
  * cluster source never matches.
@@ -213,6 +272,8 @@ void checkClusterDbs(const ParsedConfig& parsed, const PipelineConfig& pipeline,
                                 who, quote(target->name)));
     }
   }
+  if (target != nullptr && target->isMemcached())
+    checkMemcachedTarget(*target, pipeline, marks, diags);
   if (source != nullptr && source->isRedisCluster()) {
     for (const auto& [from, to] : pipeline.dbs) {
       if (from == 0) continue;
@@ -481,6 +542,7 @@ void validateReferences(const ParsedConfig& parsed, Diagnostics& diags) {
     checkClusterDbs(parsed, pipeline, marks, diags);
   }
   checkSourceOnlyKeys(parsed, diags);
+  checkMemcachedSources(parsed, diags);
   checkSourceLinkTimeouts(parsed, diags);
   checkCycles(parsed, groups, diags);
 }

@@ -773,7 +773,7 @@ pipelines:
       strip_ttl: yes
 )",
                     "t.yaml:11:18: error: invalid value \"yes\" for strip_ttl: use true or false"},
-        InvalidCase{"UnsupportedClusterType", R"(clusters:
+        InvalidCase{"MemcachedAsASource", R"(clusters:
   a:
     type: memcached
     address: 127.0.0.1:7001
@@ -782,8 +782,57 @@ pipelines:
 pipelines:
   - {name: p, source: a, target: b}
 )",
-                    "t.yaml:3:11: error: invalid type \"memcached\": use one of redis, "
-                    "redis_cluster, redis_sentinel"},
+                    "t.yaml:8:23: error: pipeline \"p\" reads from cluster \"a\", which is "
+                    "memcached: memcached can only be a target (it has no change stream to "
+                    "replicate from); use a Redis source, or make \"a\" the pipeline's target"},
+        InvalidCase{"MemcachedTargetDbOtherThanZero", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    type: memcached
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b, dbs: {0: 0, 1: 1}}
+)",
+                    "t.yaml:8:49: error: pipeline \"p\" maps source db 1 to db 1 of target "
+                    "\"b\", but memcached has no databases (everything is db 0); map every "
+                    "source db to 0 and use key_rewrite to keep them apart"},
+        InvalidCase{"MemcachedTargetTls", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    type: memcached
+    address: 127.0.0.1:7002
+    tls: {ca_file: ca.pem}
+pipelines:
+  - {name: p, source: a, target: b, dbs: {0: 0}}
+)",
+                    "t.yaml:7:5: error: tls is not supported for a cluster of type memcached "
+                    "(the agent speaks memcached's plain meta protocol, without TLS or SASL); "
+                    "remove tls and reach memcached over a trusted network or a tunnel"},
+        InvalidCase{"MemcachedNonStrings", R"(clusters:
+  a:
+    address: 127.0.0.1:7001
+  b:
+    type: memcached
+    address: 127.0.0.1:7002
+    non_strings: xml
+pipelines:
+  - {name: p, source: a, target: b, dbs: {0: 0}}
+)",
+                    "t.yaml:7:18: error: invalid non_strings \"xml\": use one of "
+                    "refuse, dump, json"},
+        InvalidCase{"UnsupportedClusterType", R"(clusters:
+  a:
+    type: couchbase
+    address: 127.0.0.1:7001
+  b:
+    address: 127.0.0.1:7002
+pipelines:
+  - {name: p, source: a, target: b}
+)",
+                    "t.yaml:3:11: error: invalid type \"couchbase\": use one of redis, "
+                    "redis_cluster, redis_sentinel, memcached"},
         InvalidCase{"NoPipelines", R"(clusters:
   a:
     address: 127.0.0.1:7001
@@ -898,7 +947,7 @@ pipelines:
   - {name: p, source: a, target: b}
 )",
                     "t.yaml:3:11: error: invalid type \"redis_sentinal\": use one of redis, "
-                    "redis_cluster, redis_sentinel (did you mean \"redis_sentinel\"?)"},
+                    "redis_cluster, redis_sentinel, memcached (did you mean \"redis_sentinel\"?)"},
         InvalidCase{"AddressOnARedisCluster", R"(clusters:
   a:
     type: redis_cluster
@@ -1479,6 +1528,58 @@ TEST(config, ClusterKindsLoadEveryField) {
   EXPECT_EQ(plain.link_timeout, milliseconds(60'000));
   EXPECT_TRUE(plain.seeds.empty());
   EXPECT_EQ(c.pipeline("north-to-south")->dbs, (std::map<int, int>{{0, 0}, {3, 0}}));
+}
+
+TEST(config, MemcachedTargetLoads) {
+  LoadResult r = loadConfigString(R"(clusters:
+  src: {address: 127.0.0.1:7001}
+  mc:
+    type: memcached
+    address: 127.0.0.1
+    link_timeout: 5s
+    non_strings: dump
+    buckets: [{db: 0, max_ttl: 10m}]
+pipelines:
+  - {name: p, source: src, target: mc, dbs: {0: 0, 3: 0}}
+)",
+                                  kFile);
+  ASSERT_TRUE(r.ok()) << (r.diagnostics.empty() ? "" : r.diagnostics[0].format());
+  const ClusterConfig& mc = *r.config->cluster("mc");
+  EXPECT_EQ(mc.kind, ClusterKind::Memcached);
+  EXPECT_TRUE(mc.isMemcached());
+  EXPECT_EQ(mc.port, 11211);  // memcached's default port
+  EXPECT_EQ(mc.link_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(mc.non_strings, NonStrings::Dump);
+  EXPECT_TRUE(r.diagnostics.empty());
+  EXPECT_NE(redactedJson(*r.config).find("\"non_strings\": \"dump\""), std::string::npos);
+}
+
+TEST(config, MemcachedTargetRefusesWhatItCannotApply) {
+  LoadResult r = loadConfigString(R"(clusters:
+  src: {address: 127.0.0.1:7001}
+  mc:
+    type: memcached
+    address: 127.0.0.1:11211
+    password: x
+    buckets: [{db: 1}]
+pipelines:
+  - name: p
+    source: src
+    target: mc
+    filters: {replicate_flush: true}
+    full_sync: {delete_stale_keys: true}
+)",
+                                  kFile);
+  ASSERT_FALSE(r.ok());
+  std::string all;
+  for (const auto& d : r.diagnostics) all += d.format() + "\n";
+  EXPECT_NE(all.find("password is not supported for a cluster of type memcached"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("memcached has only db 0"), std::string::npos) << all;
+  EXPECT_NE(all.find("replicate_flush cannot be applied to memcached"), std::string::npos) << all;
+  EXPECT_NE(all.find("delete_stale_keys is not supported for memcached"), std::string::npos) << all;
+  EXPECT_NE(all.find("warning: pipeline \"p\" has no dbs map"), std::string::npos) << all;
 }
 
 TEST(config, ClusterKindsWarnings) {
