@@ -38,7 +38,9 @@ PipelineSkew evaluateSkew(const ClockReport& report, const std::string& source,
   out.target_offset_ns = t->offset_ns;
   out.delta_ns = t->offset_ns - s->offset_ns;
   std::vector<std::string> why;
-  if (std::llabs(out.delta_ns) > max_skew_ns) {
+  // A coarse clock (memcached's 1 s grain) can only be said to be off by more than its grain.
+  const int64_t grain = s->grain_ns + t->grain_ns;
+  if (std::llabs(out.delta_ns) > max_skew_ns + grain) {
     why.push_back(
         fmt::format("target {} is {} from source {} (Δ = target − source), over "
                     "max_skew {}",
@@ -46,7 +48,9 @@ PipelineSkew evaluateSkew(const ClockReport& report, const std::string& source,
                     fmt::format("{:g} ms", double(max_skew_ns) / 1e6)));
   }
   for (const std::string* name : {&source, &target}) {
-    if (auto err = report.clusterErrorNs(*name); err && std::llabs(*err) > max_skew_ns) {
+    const int64_t own_grain = (*name == source ? s : t)->grain_ns;
+    if (auto err = report.clusterErrorNs(*name);
+        err && std::llabs(*err) > max_skew_ns + own_grain) {
       why.push_back(fmt::format("cluster {} is {} from NTP time, over max_skew {}", *name,
                                 formatOffset(*err),
                                 fmt::format("{:g} ms", double(max_skew_ns) / 1e6)));

@@ -52,6 +52,9 @@ struct ClusterClockReport {
   int64_t offset_ns = 0;  // θ_c: cluster − this host
   int64_t bound_ns = 0;   // |error of offset_ns| ≤ bound (RTT/2 of the kept TIME sample)
   int64_t rtt_ns = 0;
+  /** The reading's own grain, within bound_ns (memcached's 1 s `STAT time`; 0 for Redis TIME):
+   *  evaluateSkew widens max_skew by it, so a coarse clock alone never raises a skew alarm. */
+  int64_t grain_ns = 0;
   int64_t measured_at_ms = 0;  // this host's wall clock when it was measured
   std::string error;           // the latest check's failure; empty when it succeeded
 };

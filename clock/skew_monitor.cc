@@ -1,5 +1,7 @@
 #include "clock/skew_monitor.h"
 
+#include "clock/memcached_time.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -150,7 +152,9 @@ net::awaitable<void> SkewMonitor::checkCluster(const config::ClusterConfig& clus
   }
   // (No co_await inside ?: — GCC 12 destroys the temporaries of such an expression twice.)
   Result<RedisTimeSample> sample = fail(Error::io("not probed"));
-  if (ready) {
+  if (ready && cluster.isMemcached()) {
+    sample = co_await probeMemcachedTime(*conn, 3, options_.redis_timeout, options_.now_ns);
+  } else if (ready) {
     sample = co_await probeRedisTime(*conn, options_.time_samples, options_.redis_timeout,
                                      options_.now_ns);
   } else {
@@ -167,6 +171,7 @@ net::awaitable<void> SkewMonitor::checkCluster(const config::ClusterConfig& clus
   out.offset_ns = sample->offset_ns;
   out.bound_ns = sample->bound_ns;
   out.rtt_ns = sample->rtt_ns;
+  out.grain_ns = cluster.isMemcached() ? kMemcachedGrainNs : 0;
   out.measured_at_ms = options_.now_ns() / 1'000'000;
   out.error.clear();
 }

@@ -84,6 +84,9 @@ constexpr size_t idx(E e) {
           "Deadlines shortened or added by the target's maxTTL.")                                  \
   COUNTER(expired_on_arrival, "xdcr_expired_on_arrival_total", "",                                 \
           "Documents whose deadline had passed when they reached the target (never written).")     \
+  COUNTER(target_invalidations, "xdcr_target_invalidations_total", "",                             \
+          "Keys deleted on a memcached target because it cannot express the write (APPEND, INCR, " \
+          "RENAME, a non-string type, ...).")                                                      \
   COUNTER(full_syncs, "xdcr_full_syncs_total", "", "Full resyncs (snapshot transfers).")           \
   COUNTER(partial_syncs, "xdcr_partial_syncs_total", "",                                           \
           "Partial resyncs (resumes from a checkpoint).")                                          \

@@ -133,7 +133,8 @@ void EventFilter::judgeKeyEvent(source::Change& c, source::Event& ev) {
   if (filters_.strip_ttl) {
     // strip_ttl sets E = 0 (§6). SET ... KEEPTTL has no E — it keeps the target's own deadline
     // (§4) — so it stays as it is.
-    if (ev.deadline_ms != 0 || ev.kind == EventKind::ExpiryChange) {
+    if ((ev.deadline_ms != 0 && ev.rule != DeadlineRule::Keep) ||
+        ev.kind == EventKind::ExpiryChange) {
       ev.stripped = true;
       ++stats_.expiry_stripped;
     }

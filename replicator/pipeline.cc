@@ -9,6 +9,7 @@
 #include "replicator/source_link.h"
 #include "target/cluster_sink.h"
 #include "target/marker.h"
+#include "target/memcached_sink.h"
 #include "target/redis_sink.h"
 
 namespace xdcr::replicator {
@@ -171,6 +172,12 @@ std::unique_ptr<target::Sink> Pipeline::makeSink(const clock::Clock& clock) {
                                               policy_, target_clock_, clock, limits_, stats_);
     cluster->setWriteLimiter(write_limiter_);
     sink = std::move(cluster);
+  } else if (target_cluster_.isMemcached()) {
+    auto mc =
+        std::make_unique<target::MemcachedSink>(ex_, pipeline_, instance_, target_cluster_, keys_,
+                                                policy_, target_clock_, clock, limits_, stats_);
+    mc->setWriteLimiter(write_limiter_);
+    sink = std::move(mc);
   } else {
     auto single =
         std::make_unique<target::RedisSink>(ex_, pipeline_, instance_, target_cluster_, keys_,

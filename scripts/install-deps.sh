@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages xdcr-agent needs to build, test and run its demo. Installs only
 # what is missing; needs root (or sudo). Safe to run again.
 #   --test  also the packages only the test suite needs: chrony (real NTP/NTS servers on
-#           loopback), faketime (libfaketime: redis-server with a skewed clock) and openssl (the
+#           loopback), faketime (libfaketime: redis-server with a skewed clock), memcached (a real
+#           memcached target for tests/integration/memcached_test.cc) and openssl (the
 #           CLI that makes the test CA for NTS); for the fuzz smoke (scripts/fuzz.sh) clang,
 #           libclang-rt-14-dev (libFuzzer's and the sanitizers' runtimes, which clang only
 #           recommends) and llvm-14 (llvm-symbolizer: crash reports with file:line).
@@ -35,7 +36,7 @@ PACKAGES=(
 for opt in "$@"; do
   case $opt in
     --test)
-      PACKAGES+=(chrony faketime openssl clang libclang-rt-14-dev llvm-14 clang-format clang-tidy
+      PACKAGES+=(chrony faketime memcached openssl clang libclang-rt-14-dev llvm-14 clang-format clang-tidy
         prometheus jq zsh man-db systemd) ;;
     --render) PACKAGES+=(chromium prometheus curl) ;;
     *) echo "install-deps: unknown option '$opt' (--test, --render)" >&2; exit 2 ;;

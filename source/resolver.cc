@@ -221,6 +221,9 @@ void Resolver::resolveKeyEvent(Change& c, Event& ev, int64_t source_now) {
       if (index_.get(ev.db, ev.key).state == ExpiryIndex::State::Tombstone) {
         index_.erase(ev.db, ev.key);
       }
+      // The deadline the key keeps, for a target that cannot keep its own (memcached rewrites
+      // the whole item); a Redis target sends KEEPTTL and ignores it.
+      ev.deadline_ms = live(ev.db, ev.key);
       break;
     case DeadlineRule::Current:
       ev.deadline_ms = live(ev.db, ev.key);

@@ -1,0 +1,121 @@
+#pragma once
+// The Sink of a memcached target (docs/interface.md §6.1, docs/expiry-semantics.md §10): the
+// pipeline's EventFilter, the maxTTL clamp on memcached's own clock, the meta-protocol encoding
+// (target/memcached_encoder.h) and the pipelined MemcachedWriter.
+//
+// Every write is idempotent (a whole value with its absolute deadline, a touch, a delete), so a
+// replay after a crash is safe and there are no replay stamps. What memcached cannot express
+// idempotently (APPEND, INCR, SETRANGE, RENAME, writes to non-string types, ...) deletes the key
+// there instead (memcached is a cache: it never serves a value the source no longer has), and is
+// counted in xdcr_target_invalidations_total. A MULTI/EXEC unit is written as its commands in
+// order: memcached has no transactions.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "clock/clock.h"
+#include "common/logging.h"
+#include "common/stats.h"
+#include "config/config.h"
+#include "filters/event_filter.h"
+#include "filters/key_space.h"
+#include "source/rdb_value.h"
+#include "target/max_ttl.h"
+#include "target/memcached_encoder.h"
+#include "target/memcached_writer.h"
+#include "target/sink.h"
+
+namespace xdcr::target {
+
+class MemcachedSink final : public Sink {
+ public:
+  MemcachedSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
+                const std::string& instance, const config::ClusterConfig& target_cluster,
+                filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
+                const clock::ClusterClock& target_clock, const clock::Clock& clock,
+                const Limits& limits, PipelineStats& stats);
+
+  void setWriteLimiter(std::shared_ptr<RateLimiter> limiter) {
+    writer_.setWriteLimiter(std::move(limiter));
+  }
+
+  // Sink
+  net::awaitable<Status> connect() override;
+  net::awaitable<Status> run() override;
+  void close() override { writer_.close(); }
+  net::awaitable<Result<MarkerState>> readMarkers(
+      const std::vector<std::string>& accepted) override;
+  void apply(const source::ResolvedUnit& unit, bool write) override;
+  void closeGroup(std::string_view /*replid*/) override {}
+  size_t groupUnits() const override { return 0; }
+  void appendMarker(std::string_view token, uint64_t offset) override;
+  void resetOffset(uint64_t offset) override { writer_.resetOffset(offset); }
+  Status beginSnapshot(bool record_keys) override;
+  const SnapshotCounts& snapshotCounts() const override { return counts_; }
+  net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t /*offset*/) override {
+    co_return uint64_t{0};  // not supported (validation refuses full_sync.delete_stale_keys)
+  }
+  Status endFullSync() override { return Status{}; }
+  void setCompensationMs(int64_t ms) override { compensation_ms_ = ms; }
+  uint64_t ackedOffset() const override { return writer_.ackedOffset(); }
+  bool drained() const override { return writer_.drained(); }
+  bool overLimits(bool snapshot) const override;
+  uint64_t committedCommands() const override { return writer_.committedCommands(); }
+  uint64_t answeredCommands() const override { return writer_.answeredCommands(); }
+  double stalledSeconds() const override { return writer_.stalledSeconds(); }
+  net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) override {
+    return writer_.waitProgress(d);
+  }
+
+  /**
+   * THE deadline decision of this target: source deadline `e_ms` (source clock, 0 = none) of
+   * target key `key` (after key_rewrite) in target db `db`, at the target's `now_ms`: skew
+   * compensation, then the maxTTL clamp (MaxTtlPolicy), then what memcached can store
+   * (mc::finalDeadline). Expiry policies plug in here.
+   */
+  mc::FinalDeadline finalDeadline(int64_t e_ms, int db, std::string_view key, int64_t now_ms) const;
+
+ private:
+  /** Why a key was not written (xdcr_target_write_failures_total{reason}). */
+  enum class Outcome { Written, Expired, Failed };
+  /** The target key of an event: `key_` holds it (after key_rewrite); false: its db is not 0. */
+  bool targetKey(int source_db, std::string_view key);
+  /** A whole value: ms with its final deadline, md when expired, or refused. */
+  Outcome writeValue(const source::Event& ev, std::string_view value, int64_t e_ms, uint32_t flags,
+                     int64_t now);
+  void touch(const source::Event& ev, int64_t e_ms, int64_t now);
+  void remove(int db, std::string_view key);
+  /** A write memcached cannot express: the key is deleted there and counted. */
+  void invalidate(int db, std::string_view key, const source::Change& c);
+  /** Counts and logs a write that is not applied. */
+  void refuse(std::string_view reason, std::string_view key, const std::string& why);
+  void applyChange(const source::Change& c, int64_t now);
+  /** A snapshot key, or a RESTORE: the value as memcached stores it (non_strings); false with
+   *  `why` set when it is not written. */
+  bool encodeValue(uint8_t type, std::string_view raw, std::string& out, uint32_t& flags,
+                   std::string& why);
+  void applySnapshotKey(const source::Change& c, int64_t now);
+
+  std::string label_;
+  const config::PipelineConfig& pipeline_;
+  const config::ClusterConfig& target_cluster_;
+  const Limits& limits_;
+  PipelineStats& stats_;
+  filters::EventFilter filter_;
+  const MaxTtlPolicy& policy_;
+  const clock::ClusterClock& target_clock_;
+  MemcachedWriter writer_;
+  std::string marker_key_;
+  std::optional<std::string> last_marker_;
+  source::Change judged_;
+  SnapshotCounts counts_;
+  int64_t compensation_ms_ = 0;
+  std::string key_;    // the target key being written (reused)
+  std::string value_;  // an encoded value (reused)
+  source::rdb::Value decoded_;
+  LogRateLimiter fail_log_;
+  LogRateLimiter invalidate_log_;
+};
+
+}  // namespace xdcr::target

@@ -1,0 +1,263 @@
+// A memcached target end to end (docs/interface.md §6.1, docs/expiry-semantics.md §10): a real
+// source redis-server, a real memcached 1.6 and the agent between them. Every rule of the
+// mapping is checked on memcached itself with `mg <key> v t f`:
+//   - whole string writes land with an ABSOLUTE deadline: 29 and 31 days ahead (either side of
+//     memcached's 30-day relative limit) both read back as 29/31 days of TTL;
+//   - a deadline past 2038-01-19T03:14:07Z is refused and counted (the old value deleted, never
+//     a wrapped deadline); a value over item_size_max likewise; a 251-byte key is refused, a
+//     250-byte key and a binary key (base64) are written;
+//   - PEXPIREAT / PERSIST touch; DEL and expirations delete; APPEND / INCR / HSET invalidate;
+//     KEEPTTL keeps the source's deadline; a maxTTL collection clamps; MULTI/EXEC in order;
+//   - strip_ttl and drop_deletions; a full sync (non_strings: json) and a restart that resumes;
+//   - a memcached whose clock runs 30 s ahead (libfaketime): with clock.on_skew: compensate the
+//     deadlines land on memcached's timeline, with warn the skew is reported.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "tests/support/harness.h"
+
+namespace xdcr::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kTimeout = 30s;
+constexpr int64_t kDay = 86'400;
+
+class MemcachedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!memcachedAvailable())
+      GTEST_SKIP() << "memcached is not installed (scripts/install-deps.sh --test)";
+  }
+  void TearDown() override {
+    if (HasFailure() && agent_) {
+      std::cerr << "---- config\n"
+                << readFileText(config_path_) << "---- agent log tail\n"
+                << agent_->logTail(40) << "\n";
+    }
+    agent_.reset();
+  }
+
+  void startMemcached(std::vector<std::pair<std::string, std::string>> env = {}) {
+    mc_ = std::make_unique<MemcachedServer>(std::move(env));
+  }
+
+  /** Starts the agent: source -> memcached with `target_extra` (YAML flow entries of the
+   *  cluster) and `pipeline_extra` (of the pipeline), `clock` (YAML of the clock section). */
+  void startAgent(const std::string& target_extra, const std::string& pipeline_extra,
+                  const std::string& clock = "") {
+    config_path_ = dir_.file("xdcr.yaml");
+    std::ostringstream y;
+    y << "agent:\n  state_dir: \"" << dir_.file("state") << "\"\n  log_level: info\n";
+    if (!clock.empty()) y << "clock: " << clock << "\n";
+    y << "clusters:\n  src: {type: redis, address: \"" << source_.address() << "\"}\n"
+      << "  mc: {type: memcached, address: \"" << mc_->address() << "\""
+      << (target_extra.empty() ? "" : ", " + target_extra) << "}\n"
+      << "pipelines:\n  - {name: p, source: src, target: mc, dbs: {0: 0}, checkpoint_interval: 1s"
+      << (pipeline_extra.empty() ? "" : ", " + pipeline_extra) << "}\n";
+    writeFileText(config_path_, y.str());
+    agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent.log"));
+  }
+
+  /** Writes `fence` on the source and waits until memcached has it: everything the source took
+   *  before it has been applied (one pipelined connection, in order). */
+  void fence(const std::string& fence) {
+    RespClient src = source_.client();
+    src.command({"SET", fence, "1"});
+    ASSERT_TRUE(
+        waitUntil([&] { return mc_->get(fence).present || !agent_->running(); }, kTimeout, 20ms) &&
+        agent_->running())
+        << "the fence " << fence << " did not reach memcached; agent " << agent_->describeState();
+  }
+
+  bool logHas(const std::string& text) const {
+    return agent_->logText().find(text) != std::string::npos;
+  }
+
+  TempDir dir_;
+  RedisServer source_;
+  std::unique_ptr<MemcachedServer> mc_;
+  std::unique_ptr<AgentProcess> agent_;
+  std::string config_path_;
+};
+
+TEST_F(MemcachedTest, StreamRules) {
+  startMemcached();
+  startAgent("buckets: [{db: 0, collections: [{name: cap, keys: \"cap:*\", max_ttl: 60s}]}]", "");
+  fence("fence:start");
+  RespClient src = source_.client();
+  const int64_t now = unixTimeMs();
+  const std::string big(1'500'000, 'x');
+  const std::string key250(250, 'k'), key251(251, 'K');
+  const std::string bin("bin\0key with spaces\r\n", 22);
+  src.command({"SET", "d29", "v29", "PXAT", std::to_string(now + 29 * kDay * 1000)});
+  src.command({"SET", "d31", "v31", "PXAT", std::to_string(now + 31 * kDay * 1000)});
+  src.command({"SET", "y2038", "old", "EX", "100"});
+  src.command({"SET", "y2038", "new", "PXAT", "2147483648000"});  // 2038-01-19T03:14:08Z
+  src.command({"SET", "y2038ok", "v", "PXAT", "2147483647000"});  // 03:14:07Z: still fits
+  src.command({"SET", "big", "small", "EX", "100"});
+  src.command({"SET", "big", big});
+  src.command({"SET", bin, "b", "EX", "100"});
+  src.command({"SET", key250, "v250"});
+  src.command({"SET", key251, "v251"});
+  src.command({"SET", "del", "v"});
+  src.command({"DEL", "del"});
+  src.command({"SET", "exp", "v"});
+  src.command({"PEXPIREAT", "exp", std::to_string(now + 500'000)});
+  src.command({"SET", "per", "v", "EX", "100"});
+  src.command({"PERSIST", "per"});
+  src.command({"SET", "app", "v"});
+  src.command({"APPEND", "app", "x"});
+  src.command({"SET", "ctr", "5"});
+  src.command({"INCR", "ctr"});
+  src.command({"HSET", "h", "f", "v"});
+  src.command({"SET", "cap:1", "v"});
+  src.command({"SET", "kt", "v1", "EX", "1000"});
+  src.command({"SET", "kt", "v2", "KEEPTTL"});
+  src.command({"MULTI"});
+  src.command({"SET", "m1", "a"});
+  src.command({"SET", "m2", "b", "EX", "100"});
+  src.command({"EXEC"});
+  src.command({"SET", "short", "v", "PX", "300"});
+  fence("fence:1");
+  const int64_t mc_now = mc_->statTime();
+
+  auto d29 = mc_->get("d29"), d31 = mc_->get("d31");
+  std::cout << "[ 30-day   ] d29 t=" << d29.ttl_s << " s (" << double(d29.ttl_s) / kDay
+            << " d), d31 t=" << d31.ttl_s << " s (" << double(d31.ttl_s) / kDay << " d)\n";
+  ASSERT_TRUE(d29.present && d31.present);
+  EXPECT_NEAR(d29.ttl_s, 29 * kDay, 3);
+  EXPECT_NEAR(d31.ttl_s, 31 * kDay, 3);
+  EXPECT_EQ(d31.value, "v31");
+
+  EXPECT_FALSE(mc_->get("y2038").present) << "a 2038+ deadline must not be written (nor the old "
+                                             "value kept)";
+  auto ok2038 = mc_->get("y2038ok");
+  ASSERT_TRUE(ok2038.present);
+  EXPECT_NEAR(ok2038.ttl_s, 2147483647 - mc_now, 3);
+  EXPECT_TRUE(logHas("reason=\"deadline_2038\""));
+
+  EXPECT_FALSE(mc_->get("big").present) << "a too-large value: old value must be gone";
+  EXPECT_TRUE(logHas("reason=\"value_too_large\""));
+
+  auto b = mc_->get(bin);
+  EXPECT_TRUE(b.present && b.value == "b");
+  EXPECT_NEAR(b.ttl_s, 100, 3);
+  EXPECT_EQ(mc_->get(key250).value, "v250");
+  EXPECT_TRUE(logHas("reason=\"key_too_long\""));
+
+  EXPECT_FALSE(mc_->get("del").present);
+  EXPECT_NEAR(mc_->get("exp").ttl_s, 500, 3);
+  auto per = mc_->get("per");
+  EXPECT_TRUE(per.present);
+  EXPECT_EQ(per.ttl_s, -1);
+  EXPECT_FALSE(mc_->get("app").present) << "APPEND must invalidate";
+  EXPECT_FALSE(mc_->get("ctr").present) << "INCR must invalidate";
+  EXPECT_FALSE(mc_->get("h").present);
+  auto cap = mc_->get("cap:1");
+  EXPECT_TRUE(cap.present);
+  EXPECT_NEAR(cap.ttl_s, 60, 3) << "the collection's max_ttl must clamp";
+  auto kt = mc_->get("kt");
+  EXPECT_EQ(kt.value, "v2");
+  EXPECT_NEAR(kt.ttl_s, 1000, 3) << "KEEPTTL keeps the source's deadline";
+  EXPECT_EQ(mc_->get("m1").value, "a");
+  EXPECT_NEAR(mc_->get("m2").ttl_s, 100, 3);
+  // The source expires `short` (its DEL reaches memcached, which also expires it itself).
+  EXPECT_TRUE(waitUntil([&] { return !mc_->get("short").present; }, 10s, 50ms));
+  std::cout << "[ rules    ] y2038ok t=" << ok2038.ttl_s << ", exp t=" << mc_->get("exp").ttl_s
+            << ", cap:1 t=" << cap.ttl_s << ", kt t=" << kt.ttl_s << "\n";
+  EXPECT_TRUE(agent_->running());
+}
+
+TEST_F(MemcachedTest, StripTtlAndDropDeletions) {
+  startMemcached();
+  startAgent("", "filters: {strip_ttl: true, drop_deletions: true}");
+  fence("fence:start");
+  RespClient src = source_.client();
+  src.command({"SET", "s", "v", "EX", "100"});
+  src.command({"SET", "keep", "v"});
+  src.command({"DEL", "keep"});
+  fence("fence:1");
+  auto s = mc_->get("s");
+  EXPECT_TRUE(s.present);
+  EXPECT_EQ(s.ttl_s, -1) << "strip_ttl: no deadline";
+  EXPECT_TRUE(mc_->get("keep").present) << "drop_deletions: the DEL is not replicated";
+}
+
+TEST_F(MemcachedTest, FullSyncThenRestartResumes) {
+  startMemcached();
+  RespClient src = source_.client();
+  for (int i = 0; i < 200; ++i) {
+    src.command({"SET", "fs:" + std::to_string(i), "v" + std::to_string(i), "EX", "1000"});
+  }
+  src.command({"HSET", "hash", "f", "v"});
+  src.command({"SET", "stale", "x"});
+  startAgent("non_strings: json, buckets: [{db: 0, max_ttl: 500s}]", "");
+  fence("fence:start");
+  for (int i = 0; i < 200; i += 37) {
+    auto it = mc_->get("fs:" + std::to_string(i));
+    ASSERT_TRUE(it.present) << i;
+    EXPECT_EQ(it.value, "v" + std::to_string(i));
+    EXPECT_NEAR(it.ttl_s, 500, 5) << "the bucket max_ttl clamps the snapshot's 1000 s";
+  }
+  auto h = mc_->get("hash");
+  EXPECT_EQ(h.value, "{\"f\":\"v\"}");
+  EXPECT_EQ(h.flags, 2u) << "client flag 2 = JSON";
+  ASSERT_EQ(agent_->terminate().code, 0);
+  // While it is down: more writes, then the agent resumes (no second full sync).
+  src.command({"SET", "later", "w", "EX", "100"});
+  src.command({"DEL", "fs:0"});
+  agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent2.log"));
+  fence("fence:2");
+  EXPECT_EQ(mc_->get("later").value, "w");
+  EXPECT_FALSE(mc_->get("fs:0").present);
+  EXPECT_TRUE(mc_->get("fs:1").present);
+  const std::string log = agent_->logText();
+  EXPECT_EQ(log.find("snapshot applied"), std::string::npos) << "a restart must resume";
+}
+
+TEST_F(MemcachedTest, ClockThirtySecondsAheadCompensated) {
+  if (!fakeTimeAvailable()) GTEST_SKIP() << "libfaketime / ftshim missing";
+  const std::string ts = dir_.file("faketime.rc");
+  writeFakeTimeFile(ts, 30);
+  startMemcached(fakeTimeEnvironment(ts));
+  const int64_t ahead = mc_->statTime() - unixTimeMs() / 1000;
+  std::cout << "[ skew     ] memcached STAT time - host = " << ahead << " s\n";
+  ASSERT_NEAR(ahead, 30, 2);
+  startAgent("", "", "{on_skew: compensate}");
+  fence("fence:start");
+  RespClient src = source_.client();
+  src.command({"SET", "k", "v", "EX", "1000"});
+  fence("fence:1");
+  auto k = mc_->get("k");
+  std::cout << "[ skew     ] compensate: t=" << k.ttl_s << " s on memcached's clock\n";
+  EXPECT_NEAR(k.ttl_s, 1000, 3) << "compensated: the deadline lands on memcached's timeline";
+  EXPECT_TRUE(logHas("compensating clock skew"));
+}
+
+TEST_F(MemcachedTest, ClockThirtySecondsAheadReported) {
+  if (!fakeTimeAvailable()) GTEST_SKIP() << "libfaketime / ftshim missing";
+  const std::string ts = dir_.file("faketime.rc");
+  writeFakeTimeFile(ts, 30);
+  startMemcached(fakeTimeEnvironment(ts));
+  startAgent("", "", "{on_skew: warn}");
+  fence("fence:start");
+  RespClient src = source_.client();
+  src.command({"SET", "k", "v", "EX", "1000"});
+  fence("fence:1");
+  auto k = mc_->get("k");
+  std::cout << "[ skew     ] warn: t=" << k.ttl_s << " s on memcached's clock\n";
+  EXPECT_NEAR(k.ttl_s, 970, 3) << "not compensated: memcached's clock is 30 s ahead";
+  EXPECT_TRUE(waitUntil([&] { return logHas("clock skew:"); }, 10s, 100ms));
+}
+
+}  // namespace
+}  // namespace xdcr::test
