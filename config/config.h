@@ -105,6 +105,13 @@ struct CollectionConfig {
   std::string keys;     // glob
   Duration max_ttl{0};  // 0 = inherit the bucket's max_ttl (expiry-semantics.md §3)
   Mark mark;
+  // Expiry policies beside max_ttl (expiry-semantics.md §8, interface.md §6.3).
+  static constexpr Duration kNoDefault{-1};  // default_ttl: -1 (Cosmos DB: on, no default)
+  Duration default_ttl{0};                   // 0 = off (absent), kNoDefault, or > 0
+  std::string ttl_field{};        // Cosmos DB per-document ttl (needs default_ttl); "" = none
+  std::string expire_at_field{};  // ArangoDB date attribute; "" = none
+  Duration expire_after{0};       // added to expire_at_field's date
+  Duration max_lifetime{0};       // cap from the first replicated write; 0 = none
 };
 
 /** A Redis logical database on a target cluster, with its maxTTL and collections. */

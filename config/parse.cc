@@ -989,6 +989,69 @@ bool globCovers(const std::string& earlier, const std::string& later) {
   return std::string_view(later).substr(0, literal).starts_with(prefix);
 }
 
+/** The expiry policies of a collection beside max_ttl (expiry-semantics.md §8). */
+void parseCollectionPolicies(const MapReader& reader, CollectionConfig& collection,
+                             Diagnostics& diags) {
+  const Entry* default_ttl = reader.get("default_ttl");
+  if (default_ttl != nullptr) {
+    const std::string text = default_ttl->value.IsScalar() ? default_ttl->value.Scalar() : "";
+    if (text == "-1") {
+      collection.default_ttl = CollectionConfig::kNoDefault;
+    } else if (!text.empty() && text.front() == '-') {
+      diags.error(default_ttl->value_mark,
+                  "default_ttl " + quote(text) +
+                      " is neither -1 nor a positive duration; use -1 (documents never expire "
+                      "unless their ttl_field says so) or a duration such as 1h");
+    } else if (auto d = readDuration(*default_ttl, DurationRule::NonNegative, diags)) {
+      if (d->count() == 0) {
+        diags.error(default_ttl->value_mark,
+                    "default_ttl must not be 0 (Cosmos DB takes -1 or a positive number); use -1 "
+                    "for no default, a positive duration such as 1h, or remove default_ttl for "
+                    "no policy");
+      } else {
+        collection.default_ttl = *d;
+      }
+    }
+  }
+  auto field = [&](const char* key) -> std::optional<std::string> {
+    const Entry* e = reader.get(key);
+    if (e == nullptr) return std::nullopt;
+    return readNonEmpty(*e, "name the JSON field of the document, such as ttl or expireAt", diags);
+  };
+  if (auto f = field("ttl_field")) collection.ttl_field = *f;
+  if (auto f = field("expire_at_field")) collection.expire_at_field = *f;
+  const Entry* expire_after = reader.get("expire_after");
+  if (expire_after != nullptr) {
+    if (auto d = readDuration(*expire_after, DurationRule::NonNegative, diags)) {
+      collection.expire_after = *d;
+    }
+  }
+  if (const Entry* e = reader.get("max_lifetime")) {
+    if (auto d = readDuration(*e, DurationRule::NonNegative, diags)) collection.max_lifetime = *d;
+  }
+  const Entry* ttl_field = reader.get("ttl_field");
+  const Entry* expire_at = reader.get("expire_at_field");
+  if (ttl_field != nullptr && expire_at != nullptr) {
+    diags.error(expire_at->key_mark,
+                "ttl_field (line " + std::to_string(ttl_field->key_mark.line) +
+                    ") and expire_at_field are both set on this collection: a document's "
+                    "deadline comes from one of them; keep ttl_field (Cosmos DB) or "
+                    "expire_at_field (ArangoDB), or put the keys in two collections");
+  }
+  if (ttl_field != nullptr && default_ttl == nullptr) {
+    diags.error(ttl_field->key_mark,
+                "ttl_field needs default_ttl on the same collection (Cosmos DB ignores a "
+                "document's ttl when its container has no DefaultTTL); add default_ttl: -1 to "
+                "apply the documents' ttl and nothing else, or default_ttl: DURATION for a "
+                "default");
+  }
+  if (expire_after != nullptr && expire_at == nullptr) {
+    diags.error(expire_after->key_mark,
+                "expire_after is added to the date in expire_at_field, which this collection "
+                "does not set; add expire_at_field: NAME or remove expire_after");
+  }
+}
+
 void parseCollections(const Entry& section, BucketConfig& bucket, Diagnostics& diags) {
   if (!expectList(section, diags)) {
     return;
@@ -1004,7 +1067,10 @@ void parseCollections(const Entry& section, BucketConfig& bucket, Diagnostics& d
     if (!expectMap(item, mark, "a collection", diags)) {
       continue;
     }
-    MapReader reader(item, "in collection", {"name", "keys", "max_ttl"}, diags);
+    MapReader reader(item, "in collection",
+                     {"name", "keys", "max_ttl", "default_ttl", "ttl_field", "expire_at_field",
+                      "expire_after", "max_lifetime"},
+                     diags);
     CollectionConfig collection;
     collection.mark = mark;
     const Entry* name_entry = reader.require("name", "name: sessions", diags);
@@ -1022,6 +1088,7 @@ void parseCollections(const Entry& section, BucketConfig& bucket, Diagnostics& d
         collection.max_ttl = *d;
       }
     }
+    parseCollectionPolicies(reader, collection, diags);
     if (!name || !keys) {
       continue;
     }

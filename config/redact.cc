@@ -107,9 +107,24 @@ Json clusterJson(const ClusterConfig& cluster) {
   for (const auto& bucket : cluster.buckets) {
     Json collections = Json::array();
     for (const auto& collection : bucket.collections) {
-      collections.push_back({{"name", collection.name},
-                             {"keys", collection.keys},
-                             {"max_ttl", formatDuration(collection.max_ttl)}});
+      Json c = {{"name", collection.name},
+                {"keys", collection.keys},
+                {"max_ttl", formatDuration(collection.max_ttl)}};
+      // The policies of expiry-semantics.md §8, where set.
+      if (collection.default_ttl == CollectionConfig::kNoDefault) {
+        c["default_ttl"] = -1;
+      } else if (collection.default_ttl.count() > 0) {
+        c["default_ttl"] = formatDuration(collection.default_ttl);
+      }
+      if (!collection.ttl_field.empty()) c["ttl_field"] = collection.ttl_field;
+      if (!collection.expire_at_field.empty()) {
+        c["expire_at_field"] = collection.expire_at_field;
+        c["expire_after"] = formatDuration(collection.expire_after);
+      }
+      if (collection.max_lifetime.count() > 0) {
+        c["max_lifetime"] = formatDuration(collection.max_lifetime);
+      }
+      collections.push_back(std::move(c));
     }
     buckets.push_back({{"db", bucket.db},
                        {"max_ttl", formatDuration(bucket.max_ttl)},

@@ -280,6 +280,9 @@ Result<std::optional<Checkpoint>> CheckpointStore::load(source::ExpiryIndex& ind
 }
 
 Status CheckpointStore::commit(const Checkpoint& cp, const source::ExpiryIndex& index) {
+  if (before_commit_) {
+    if (auto s = before_commit_(); !s) return s;
+  }
   const uint64_t generation = newGeneration();
   nlohmann::json j = headerJson(pipeline_, cp);
   j["generation"] = generation;
@@ -328,6 +331,9 @@ Status CheckpointStore::commit(const Checkpoint& cp, const source::ExpiryIndex& 
 
 Status CheckpointStore::appendDelta(const Checkpoint& cp,
                                     const std::vector<source::ExpiryIndex::Op>& ops) {
+  if (before_commit_) {
+    if (auto s = before_commit_(); !s) return s;
+  }
   if (!has_base_) {
     return fail(Error::storage(
         fmt::format("internal: checkpoint journal {} has no base image to follow", journal_path_)));

@@ -21,6 +21,7 @@
 // journal left over by a crash between the two renames is ignored.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,6 +77,13 @@ class CheckpointStore {
    */
   Status appendDelta(const Checkpoint& cp, const std::vector<source::ExpiryIndex::Op>& ops);
 
+  /**
+   * Runs before every checkpoint (commit, appendDelta) is written; a failure fails it. The
+   * first-seen store of max_lifetime (target/first_seen.h) syncs there, so no checkpoint ever
+   * covers a target write whose first-seen record is not on disk.
+   */
+  void setBeforeCommit(std::function<Status()> hook) { before_commit_ = std::move(hook); }
+
   /** Deletes the checkpoint and its journal (durably). No checkpoint is not an error. */
   Status remove();
 
@@ -105,6 +113,7 @@ class CheckpointStore {
   uint64_t base_bytes_ = 0;
   uint64_t journal_bytes_ = 0;  // valid length of the journal (a torn tail is beyond it)
   int journal_fd_ = -1;
+  std::function<Status()> before_commit_;
 };
 
 /**

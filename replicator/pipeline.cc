@@ -141,6 +141,15 @@ std::vector<std::string> Pipeline::linkMembers() const {
 
 Status Pipeline::open(source::ExpiryIndex& index) {
   if (auto s = store_.prepare(); !s) return s;
+  if (policy_.maxLifetimeMs() > 0 && !first_seen_) {
+    first_seen_ = std::make_unique<target::FirstSeenStore>(
+        config_->agent.state_dir + "/" + instance_ + ".first-seen", policy_.maxLifetimeMs());
+    if (auto s = first_seen_->open(target_clock_.nowMs()); !s) {
+      first_seen_.reset();
+      return s;
+    }
+    store_.setBeforeCommit([this] { return first_seen_->sync(target_clock_.nowMs()); });
+  }
   auto cp = store_.load(index);
   if (!cp) return fail(cp.error());
   setResume(*cp);
@@ -187,6 +196,7 @@ std::unique_ptr<target::Sink> Pipeline::makeSink(const clock::Clock& clock) {
     sink = std::move(single);
   }
   sink->setCompensationMs(compensation_ms_);
+  sink->setFirstSeenStore(first_seen_.get());
   return sink;
 }
 

@@ -303,6 +303,8 @@ class Pipeline {
   target::MaxTtlPolicy policy_;
   filters::KeySpaceConstSharedPtr keys_;
   CheckpointStore store_;
+  /** max_lifetime's first-seen store (`<instance>.first-seen`); null without max_lifetime. */
+  std::unique_ptr<target::FirstSeenStore> first_seen_;
   OperatorState operator_state_;
   std::optional<Checkpoint> resume_;
   std::atomic<bool> has_resume_ = false;

@@ -1,5 +1,7 @@
 #include "target/applier.h"
 
+#include <spdlog/spdlog.h>
+
 #include "common/resp.h"
 #include "source/rdb.h"
 
@@ -22,7 +24,15 @@ void Applier::beginUnit(bool transaction, int64_t local_ms) {
   unit_cmds_ = 0;
 }
 
+void Applier::flushFirstSeen() {
+  // Before the sink sends the unit: a target write never used a first-seen second that an
+  // agent crash could lose (target/first_seen.h).
+  if (first_seen_ == nullptr) return;
+  if (auto s = first_seen_->flush(); !s) spdlog::error("{}: {}", label_, s.error().message);
+}
+
 size_t Applier::appendUnitToGroup(std::string& out) {
+  flushFirstSeen();
   size_t n = 0;
   if (!group_open_) {
     resp::appendCommand(out, {"MULTI"});
@@ -71,6 +81,7 @@ size_t Applier::closeGroup(std::string& out, std::string_view stamp_key,
 }
 
 size_t Applier::finishUnit(std::string& out) {
+  flushFirstSeen();
   if (unit_cmds_ == 0) return 0;
   size_t n = unit_cmds_;
   if (transaction_) {
@@ -93,16 +104,81 @@ Applier::Dest Applier::dest(int source_db, std::string_view key) {
   auto [prefix, rest] = keys_.rewrite(key);
   d.prefix = prefix;
   d.rest = rest;
-  if (policy_.empty()) {
+  if (policy_.empty() && !policy_.hasPolicies()) {
     d.max_ttl_ms = 0;
-  } else if (prefix.empty()) {
-    d.max_ttl_ms = policy_.effectiveMs(d.db, rest);
   } else {
-    key_scratch_.assign(prefix);
-    key_scratch_.append(rest);
-    d.max_ttl_ms = policy_.effectiveMs(d.db, key_scratch_);
+    std::string_view key = rest;
+    if (!prefix.empty()) {
+      key_scratch_.assign(prefix);
+      key_scratch_.append(rest);
+      key = key_scratch_;
+    }
+    if (policy_.hasPolicies()) {
+      const KeyPolicy kp = policy_.resolve(d.db, key);
+      d.max_ttl_ms = kp.max_ttl_ms;
+      d.policy = kp.policy;
+    } else {
+      d.max_ttl_ms = policy_.effectiveMs(d.db, key);
+    }
   }
   return d;
+}
+
+std::string_view Applier::fullKey(const Dest& d) {
+  if (d.prefix.empty()) return d.rest;
+  key_scratch_.assign(d.prefix);
+  key_scratch_.append(d.rest);
+  return key_scratch_;
+}
+
+PolicyDecision Applier::decideFor(const Dest& d, WriteKind kind, int64_t e,
+                                  std::optional<std::string_view> value, int64_t now) {
+  if (d.policy == nullptr) {
+    // No policy: §4 alone, exactly as before the policies existed.
+    PolicyDecision out;
+    if (kind == WriteKind::KeepTtl || (kind == WriteKind::InPlace && d.max_ttl_ms == 0)) {
+      out.action = PolicyDecision::Action::Untouched;
+      return out;
+    }
+    out.deadline = clamp(e, d, now);
+    return out;
+  }
+  int64_t first = 0;
+  if (d.policy->max_lifetime_ms > 0 && first_seen_ != nullptr) {
+    first = first_seen_->touch(d.db, fullKey(d), now, d.policy->max_lifetime_ms);
+  }
+  KeyPolicy kp{d.max_ttl_ms, d.policy};
+  PolicyDecision out = decide(kp, PolicyInput{kind, e, value, now, first});
+  const std::string_view rule = out.rule;
+  if ((rule == "max_ttl" || rule == "max_lifetime") && out.deadline != e &&
+      out.action != PolicyDecision::Action::Untouched) {
+    ++stats_.expiry_clamped;
+  }
+  return out;
+}
+
+std::optional<std::string_view> Applier::stringValue(uint8_t type, std::string_view raw,
+                                                     source::rdb::Flavor flavor) {
+  if (type != 0) return std::nullopt;  // RDB_TYPE_STRING: the only value with a JSON field
+  std::string error;
+  if (!source::rdb::decodeValue(type, raw, flavor, policy_value_, error)) return std::nullopt;
+  return std::string_view(policy_value_.string);
+}
+
+void Applier::capDeadline(const Dest& d, int64_t t) {
+  // LT: lower only; a key without a deadline counts as infinite, so it gets `t` (Redis 7.0).
+  cmd(4);
+  bulk("PEXPIREAT");
+  bulkKey(d);
+  bulkInt(t);
+  bulk("LT");
+  stats_.count(WriteOp::Expire);
+}
+
+void Applier::forgetKey(const Dest& d) {
+  if (first_seen_ != nullptr && d.policy != nullptr && d.policy->max_lifetime_ms > 0) {
+    first_seen_->forget(d.db, fullKey(d));
+  }
 }
 
 int64_t Applier::clamp(int64_t e, const Dest& d, int64_t now) {
@@ -178,6 +254,7 @@ void Applier::setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if
     bulkKey(d);
     stats_.count(WriteOp::Delete);
     ++stats_.expired_on_arrival;
+    forgetKey(d);
     return;
   }
   cmd(3);
@@ -214,6 +291,7 @@ void Applier::appendDelete(int db, std::string_view key) {
   bulk("DEL");
   bulk(key);
   stats_.count(WriteOp::Delete);
+  if (first_seen_ != nullptr) first_seen_->forget(db, key);
   endEntry(false);
 }
 
@@ -238,6 +316,7 @@ void Applier::apply(const source::Change& c) {
       for (const auto& ev : c.events) {
         if (ev.pass) applySet(c, ev, now);
       }
+      needs_atomic = entry_cmds_ > 1;  // SET KEEPTTL + its lifetime cap
       break;
     case Effect::SetNoTtl: {
       // MSET k1 v1 k2 v2 / SETNX k v / GETSET k v: each key written with E = 0.
@@ -245,11 +324,16 @@ void Applier::apply(const source::Change& c) {
         if (!ev.pass) continue;
         Dest d = dest(ev.db, ev.key);
         ensureDb(d.db);
-        int64_t t = clamp(0, d, now);
+        const std::string_view value = c.arg(ev.key_arg + 1);
+        int64_t t = decideFor(d, WriteKind::WholeValue, 0, value, now).deadline;
+        if (t != 0 && t <= now) {
+          setDeadline(d, t, now, false);  // expired on arrival (a past date, §8.3)
+          continue;
+        }
         cmd(t ? 5 : 3);
         bulk("SET");
         bulkKey(d);
-        bulk(c.arg(ev.key_arg + 1));
+        bulk(value);
         if (t) {
           bulk("PXAT");
           bulkInt(t);
@@ -275,8 +359,11 @@ void Applier::apply(const source::Change& c) {
       for (const auto& ev : c.events) {
         if (!ev.pass) continue;
         Dest d = dest(ev.db, ev.key);
-        if (d.max_ttl_ms == 0) continue;  // M == 0: the target deadline is untouched
-        setDeadline(d, clamp(ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, d, now), now, false);
+        // M == 0 and no policy: the target deadline is untouched (decideFor says so).
+        const PolicyDecision p = decideFor(d, WriteKind::InPlace,
+                                           ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, {}, now);
+        if (p.action == PolicyDecision::Action::Set) setDeadline(d, p.deadline, now, false);
+        if (p.action == PolicyDecision::Action::Cap) capDeadline(d, p.deadline);
       }
       needs_atomic = entry_cmds_ > 1;
       break;
@@ -287,9 +374,11 @@ void Applier::apply(const source::Change& c) {
         if (!ev.pass) continue;
         Dest d = dest(ev.db, ev.key);
         ensureDb(d.db);
-        if (ev.stripped && d.max_ttl_ms == 0) continue;  // strip_ttl: nothing to do
         // PERSIST into a maxTTL collection becomes now+M: never a bare PERSIST there.
-        setDeadline(d, clamp(toTarget(ev.deadline_ms), d, now), now, true);
+        const int64_t t =
+            decideFor(d, WriteKind::DeadlineOnly, toTarget(ev.deadline_ms), {}, now).deadline;
+        if (ev.stripped && t == 0) continue;  // strip_ttl: nothing to do
+        setDeadline(d, t, now, true);
       }
       break;
     case Effect::Delete: {
@@ -306,6 +395,7 @@ void Applier::apply(const source::Change& c) {
           bulk(c.arg(0));  // DEL or UNLINK, as the source sent it
         }
         bulkKey(d);
+        forgetKey(d);
       }
       stats_.count(WriteOp::Delete);
       break;
@@ -380,9 +470,12 @@ void Applier::applySet(const source::Change& c, const Event& ev, int64_t now) {
     bulk(c.arg(2));
     bulk("KEEPTTL");
     stats_.count(WriteOp::Set);
+    // max_lifetime still caps it (§8.4): PEXPIREAT ... LT, in this entry's MULTI.
+    const PolicyDecision p = decideFor(d, WriteKind::KeepTtl, 0, {}, now);
+    if (p.action == PolicyDecision::Action::Cap) capDeadline(d, p.deadline);
     return;
   }
-  int64_t t = clamp(toTarget(ev.deadline_ms), d, now);
+  int64_t t = decideFor(d, WriteKind::WholeValue, toTarget(ev.deadline_ms), c.arg(2), now).deadline;
   if (t != 0 && t <= now) {
     // Expired on arrival: the source's key is gone, so the target's must be too.
     setDeadline(d, t, now, false);
@@ -402,7 +495,16 @@ void Applier::applySet(const source::Change& c, const Event& ev, int64_t now) {
 void Applier::applyRestore(const source::Change& c, const Event& ev, int64_t now) {
   Dest d = dest(ev.db, ev.key);
   ensureDb(d.db);
-  int64_t t = clamp(toTarget(ev.deadline_ms), d, now);
+  std::optional<std::string_view> value;
+  if (d.policy != nullptr && d.policy->reads_value()) {
+    // A DUMP payload: type, value, 2-byte RDB version, 8-byte CRC64.
+    const std::string_view payload = c.arg(3);
+    if (payload.size() > 11) {
+      value = stringValue(static_cast<uint8_t>(payload[0]), payload.substr(1, payload.size() - 11),
+                          source::rdb::Flavor::Redis);
+    }
+  }
+  int64_t t = decideFor(d, WriteKind::WholeValue, toTarget(ev.deadline_ms), value, now).deadline;
   if (t != 0 && t <= now) {
     setDeadline(d, t, now, false);
     return;
@@ -440,6 +542,7 @@ void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t 
     bulk("DEL");
     bulkKey(d);
     stats_.count(WriteOp::Delete);
+    forgetKey(d);
     return;
   }
   Dest from = dest(ev.from_db, ev.from_key);
@@ -470,7 +573,9 @@ void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t 
   stats_.count(WriteOp::Other);
   // `to` gets clamp(source deadline of `from`) under its own collection (§4), whatever
   // deadline the target's copy of `from` carried.
-  int64_t t = clamp(toTarget(ev.deadline_ms), to, now);
+  if (c.effect != Effect::Copy) forgetKey(from);  // RENAME and MOVE delete `from`
+  // `to` is a first write of its own (§8.1): its lifetime starts now, its value is not carried.
+  int64_t t = decideFor(to, WriteKind::DeadlineOnly, toTarget(ev.deadline_ms), {}, now).deadline;
   if (to.db != from.db) {
     // Inside this entry's MULTI: switch, set the deadline, switch back.
     cmd(2);
@@ -491,17 +596,20 @@ void Applier::applyFlush(const source::Change& c) {
   if (all && keys_.dbMap().empty()) {
     cmd(1);
     bulk("FLUSHALL");
+    if (first_seen_ != nullptr) first_seen_->forgetAll();
   } else if (all) {
     // Only the target dbs this pipeline replicates into.
     for (const auto& [src, dst] : keys_.dbMap()) {
       ensureDb(dst);
       cmd(1);
       bulk("FLUSHDB");
+      if (first_seen_ != nullptr) first_seen_->forgetDb(dst);
     }
   } else {
     ensureDb(keys_.mapDb(ev.db));
     cmd(1);
     bulk("FLUSHDB");
+    if (first_seen_ != nullptr) first_seen_->forgetDb(keys_.mapDb(ev.db));
   }
   stats_.count(WriteOp::Other);
 }
@@ -520,7 +628,11 @@ void Applier::applySnapshotKey(const source::Change& c, const Event& ev, int64_t
   const source::RdbPayload& rdb = *c.rdb;
   Dest d = dest(ev.db, ev.key);
   ensureDb(d.db);
-  int64_t t = clamp(toTarget(ev.deadline_ms), d, now);
+  std::optional<std::string_view> value;
+  if (d.policy != nullptr && d.policy->reads_value()) {
+    value = stringValue(rdb.type, rdb.value, rdb.flavor);
+  }
+  int64_t t = decideFor(d, WriteKind::WholeValue, toTarget(ev.deadline_ms), value, now).deadline;
   if (t != 0 && t <= now) {
     // Already expired (on the source, or by the target's maxTTL): never a live copy here.
     setDeadline(d, t, now, false);

@@ -22,6 +22,7 @@
 #include "filters/key_space.h"
 #include "source/event.h"
 #include "source/rdb_value.h"
+#include "target/first_seen.h"
 #include "target/max_ttl.h"
 
 namespace xdcr::target {
@@ -105,12 +106,21 @@ class Applier {
    */
   void setCompensationMs(int64_t delta) { compensation_ms_ = delta; }
 
+  /**
+   * max_lifetime's first-seen store (target/first_seen.h), owned by the pipeline; nullptr when
+   * no collection of the target has max_lifetime. Records are written out at finishUnit() and
+   * appendUnitToGroup(), before the sink sends the unit.
+   */
+  void setFirstSeenStore(FirstSeenStore* store) { first_seen_ = store; }
+  FirstSeenStore* firstSeenStore() const { return first_seen_; }
+
  private:
-  /** Target db + key of an event, and its effective maxTTL. */
+  /** Target db + key of an event, and its effective maxTTL and collection policies. */
   struct Dest {
     int db;
     std::string_view prefix, rest;  // target key = prefix + rest
     int64_t max_ttl_ms;
+    const CollectionPolicy* policy = nullptr;  // expiry-semantics.md §8; nullptr = none
   };
   Dest dest(int source_db, std::string_view key);
   int64_t toTarget(int64_t source_deadline) const {
@@ -118,6 +128,22 @@ class Applier {
   }
   /** The clamped deadline, counting clamps. */
   int64_t clamp(int64_t e, const Dest& d, int64_t now);
+  /**
+   * The deadline policy of §8 for a write of `kind` to `d` (the clamp alone where its
+   * collection has no policy), recording the key's first-seen second for max_lifetime. Counts
+   * a deadline lowered by max_ttl or max_lifetime as a clamp.
+   */
+  PolicyDecision decideFor(const Dest& d, WriteKind kind, int64_t e,
+                           std::optional<std::string_view> value, int64_t now);
+  /** The string value of a DUMP payload or an RDB value, when its type is a string. */
+  std::optional<std::string_view> stringValue(uint8_t type, std::string_view raw,
+                                              source::rdb::Flavor flavor);
+  /** `PEXPIREAT key t LT`: a cap that only lowers the key's deadline (PolicyDecision::Cap). */
+  void capDeadline(const Dest& d, int64_t t);
+  /** max_lifetime: the key is gone from the target; its next write starts anew (§8.4). */
+  void forgetKey(const Dest& d);
+  std::string_view fullKey(const Dest& d);
+  void flushFirstSeen();
 
   void ensureDb(int db);
   void resetEntry();      // before an entry's first command
@@ -172,6 +198,8 @@ class Applier {
   int64_t unit_local_ms_ = 0;  // beginUnit()'s local_ms
   PipelineStats& stats_;
   int64_t compensation_ms_ = 0;
+  FirstSeenStore* first_seen_ = nullptr;
+  source::rdb::Value policy_value_;  // a decoded string value a field policy reads, reused
 
   int target_db_ = 0;  // db selected on the target connection
   bool transaction_ = false;

@@ -478,6 +478,7 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
 
 Status ClusterSink::beginSnapshot(bool /*record_keys*/) {
   counts_ = SnapshotCounts{};
+  if (FirstSeenStore* fs = applier_.firstSeenStore()) fs->beginSweep();
   std::fill(slot_skip_.begin(), slot_skip_.end(), 0);
   return Status{};
 }

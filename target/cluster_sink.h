@@ -75,12 +75,16 @@ class ClusterSink final : public Sink {
   Status beginSnapshot(bool record_keys) override;
   const SnapshotCounts& snapshotCounts() const override { return counts_; }
   net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) override;
-  Status endFullSync() override { return Status{}; }
+  Status endFullSync() override {
+    if (FirstSeenStore* fs = applier_.firstSeenStore()) fs->endSweep();
+    return Status{};
+  }
   void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> skips) override;
   void capSlotReplaySkip(uint64_t offset) override {
     for (auto& s : slot_skip_) s = std::min(s, offset);
   }
   void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
+  void setFirstSeenStore(FirstSeenStore* store) override { applier_.setFirstSeenStore(store); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }
   bool drained() const override { return target_.drained(); }
   bool overLimits(bool snapshot) const override;

@@ -1,5 +1,7 @@
 #include "target/max_ttl.h"
 
+#include <algorithm>
+
 namespace xdcr::target {
 
 bool globMatch(std::string_view p, std::string_view s) {
@@ -77,7 +79,14 @@ MaxTtlPolicy::MaxTtlPolicy(const std::vector<config::BucketConfig>& buckets) {
     out.max_ttl_ms = b.max_ttl.count();
     out.any = out.max_ttl_ms > 0;
     for (const auto& c : b.collections) {
-      Collection col{c.name, c.keys, {}, false, c.max_ttl.count()};
+      Collection col{c.name, c.keys, {}, false, c.max_ttl.count(), {}};
+      col.policy.default_ttl_ms = c.default_ttl.count();
+      col.policy.ttl_field = c.ttl_field;
+      col.policy.expire_at_field = c.expire_at_field;
+      col.policy.expire_after_ms = c.expire_after.count();
+      col.policy.max_lifetime_ms = c.max_lifetime.count();
+      out.policies = out.policies || col.policy.any();
+      max_lifetime_ms_ = std::max(max_lifetime_ms_, col.policy.max_lifetime_ms);
       // "literal*" is by far the common shape (sess:*): match it with a prefix compare.
       size_t special = c.keys.find_first_of("*?[\\");
       if (special != std::string::npos && special == c.keys.size() - 1 && c.keys.back() == '*') {
@@ -88,6 +97,7 @@ MaxTtlPolicy::MaxTtlPolicy(const std::vector<config::BucketConfig>& buckets) {
       out.collections.push_back(std::move(col));
     }
     empty_ = empty_ && !out.any;
+    has_policies_ = has_policies_ || out.policies;
   }
 }
 
@@ -106,6 +116,17 @@ int64_t MaxTtlPolicy::effectiveMs(int db, std::string_view key) const {
   const Collection* c = match(b, key);
   // A collection max_ttl of 0 inherits the bucket's (§3); it does not mean "unlimited".
   return (c != nullptr && c->max_ttl_ms > 0) ? c->max_ttl_ms : b.max_ttl_ms;
+}
+
+KeyPolicy MaxTtlPolicy::resolve(int db, std::string_view key) const {
+  KeyPolicy out;
+  if (db < 0 || static_cast<size_t>(db) >= by_db_.size()) return out;
+  const Bucket& b = by_db_[db];
+  if (!b.any && !b.policies) return out;
+  const Collection* c = match(b, key);
+  out.max_ttl_ms = (c != nullptr && c->max_ttl_ms > 0) ? c->max_ttl_ms : b.max_ttl_ms;
+  if (c != nullptr && c->policy.any()) out.policy = &c->policy;
+  return out;
 }
 
 std::string_view MaxTtlPolicy::collectionOf(int db, std::string_view key) const {

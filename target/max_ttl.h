@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "target/expiry_policy.h"
 
 namespace xdcr::target {
 
@@ -39,6 +40,16 @@ class MaxTtlPolicy {
   /** Name of the collection `key` belongs to ("_default" if none). */
   std::string_view collectionOf(int db, std::string_view key) const;
 
+  /**
+   * Everything that decides `key`'s deadline (expiry-semantics.md §8): M and its collection's
+   * policies (default_ttl, ttl_field, expire_at_field, max_lifetime), for decide().
+   */
+  KeyPolicy resolve(int db, std::string_view key) const;
+  /** true if a collection has a policy beside max_ttl (resolve() is then needed). */
+  bool hasPolicies() const { return has_policies_; }
+  /** The largest max_lifetime of any collection, 0 = none (FirstSeenStore is then not needed). */
+  int64_t maxLifetimeMs() const { return max_lifetime_ms_; }
+
  private:
   struct Collection {
     std::string name;
@@ -46,16 +57,20 @@ class MaxTtlPolicy {
     std::string prefix;  // when glob is "<literal prefix>*": a fast path
     bool prefix_only = false;
     int64_t max_ttl_ms;  // 0 = inherit
+    CollectionPolicy policy;
   };
   struct Bucket {
     int64_t max_ttl_ms = 0;
     std::vector<Collection> collections;
-    bool any = false;  // any maxTTL at all in this bucket
+    bool any = false;       // any maxTTL at all in this bucket
+    bool policies = false;  // any collection with a policy beside max_ttl
   };
   const Collection* match(const Bucket& b, std::string_view key) const;
 
   std::vector<Bucket> by_db_;
   bool empty_ = true;
+  bool has_policies_ = false;
+  int64_t max_lifetime_ms_ = 0;
 };
 
 }  // namespace xdcr::target

@@ -187,6 +187,7 @@ void RedisSink::setFullSyncJournal(std::string path) {
 
 Status RedisSink::beginSnapshot(bool record_keys) {
   counts_ = SnapshotCounts{};
+  if (FirstSeenStore* fs = applier_.firstSeenStore()) fs->beginSweep();
   snapshot_keys_.clear();
   interrupted_keys_.clear();
   if (journal_) {
@@ -299,6 +300,7 @@ net::awaitable<Result<uint64_t>> RedisSink::deleteStaleKeys(uint64_t offset) {
 }
 
 Status RedisSink::endFullSync() {
+  if (FirstSeenStore* fs = applier_.firstSeenStore()) fs->endSweep();
   return journal_ ? journal_->remove() : Status{};
 }
 

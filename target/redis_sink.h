@@ -60,6 +60,7 @@ class RedisSink final : public Sink {
   net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t offset) override;
   Status endFullSync() override;
   void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
+  void setFirstSeenStore(FirstSeenStore* store) override { applier_.setFirstSeenStore(store); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }
   bool drained() const override { return target_.drained(); }
   bool overLimits(bool snapshot) const override;

@@ -27,6 +27,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "source/event.h"
+#include "target/first_seen.h"
 
 namespace xdcr::target {
 
@@ -115,6 +116,9 @@ class Sink {
   virtual void capSlotReplaySkip(uint64_t /*offset*/) {}
   /** Skew compensation: ms added to every source deadline (0 = none). */
   virtual void setCompensationMs(int64_t ms) = 0;
+  /** max_lifetime's first-seen store (Applier::setFirstSeenStore); a full sync sweeps it: the
+   *  keys it did not write are forgotten at endFullSync() (expiry-semantics.md §8.4). */
+  virtual void setFirstSeenStore(FirstSeenStore* /*store*/) {}
 
   virtual uint64_t ackedOffset() const = 0;
   /** Everything appended has been answered. */

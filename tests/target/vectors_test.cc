@@ -141,7 +141,23 @@ class Chain {
     resolver_ = std::make_unique<source::Resolver>(index, src);
     filter_ = std::make_unique<filters::EventFilter>(pipe, keys_, stats);
     applier_ = std::make_unique<Applier>(*policy_, *keys_, dst, stats);
+    if (policy_->maxLifetimeMs() > 0) {
+      first_seen = std::make_unique<FirstSeenStore>("", policy_->maxLifetimeMs());
+      applier_->setFirstSeenStore(first_seen.get());
+    }
   }
+
+ public:
+  std::unique_ptr<FirstSeenStore> first_seen;  // max_lifetime (in memory)
+  /** A collection "c" of `glob` in db 0 with the policies of expiry-semantics.md §8. */
+  config::CollectionConfig& collection(const std::string& glob = "k*", int64_t coll_s = 0) {
+    config::BucketConfig b;
+    b.collections.push_back({"c", glob, std::chrono::seconds(coll_s), {}});
+    buckets.push_back(b);
+    return buckets.back().collections.back();
+  }
+
+ private:
   std::unique_ptr<MaxTtlPolicy> policy_;
   filters::KeySpaceConstSharedPtr keys_;
   std::unique_ptr<source::Resolver> resolver_;
@@ -663,6 +679,100 @@ TEST(FieldExpiry, H6_OnlyASingleFieldHdelOfAnIndexedPastDeadlineIsAnExpiration) 
   EXPECT_EQ(c.feed1({"HDEL", "h", "b"}).size(), 1u) << "HPERSIST removed b's deadline";
   EXPECT_EQ(c.feed1({"HDEL", "k", "a"}).size(), 1u) << "k was deleted and written again";
   EXPECT_EQ(c.stats.filtered[idx(FilterReason::Expiration)], 0u);
+}
+
+// ---- expiry-semantics.md §8: collection policies, exact target commands ---------------------
+
+TEST(PolicyVectors, P1_P5_P7_P8_DefaultTtl) {
+  Chain c;
+  c.collection().default_ttl = std::chrono::hours(1);
+  EXPECT_EQ(c.feed1({"SET", "k", "v"}), (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 3600 * S)}}));
+  EXPECT_EQ(c.feed1({"SET", "k", "v", "PXAT", n(kNow + 5 * 3600 * S)}),
+            (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 5 * 3600 * S)}}));                  // P-2
+  EXPECT_EQ(c.feed1({"PERSIST", "k"}), (Cmds{{"PEXPIREAT", "k", n(kNow + 3600 * S)}}));  // P-5
+  EXPECT_EQ(
+      c.feed1({"MSET", "k1", "a", "x", "b"}),
+      (Cmds{
+          {"MULTI"}, {"SET", "k1", "a", "PXAT", n(kNow + 3600 * S)}, {"SET", "x", "b"}, {"EXEC"}}));
+  EXPECT_EQ(c.feed1({"HSET", "kh", "f", "v"}), (Cmds{{"HSET", "kh", "f", "v"}}));  // P-7
+  Chain c8;
+  c8.collection("k*", 600).default_ttl = std::chrono::hours(1);
+  EXPECT_EQ(c8.feed1({"HSET", "kh", "f", "v"}), (Cmds{{"MULTI"},
+                                                      {"HSET", "kh", "f", "v"},
+                                                      {"PEXPIREAT", "kh", n(kNow + 600 * S), "LT"},
+                                                      {"EXEC"}}));  // P-8
+  EXPECT_EQ(c8.feed1({"SET", "k", "v"}), (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 600 * S)}}));
+  Chain c3;
+  c3.collection().default_ttl = std::chrono::milliseconds(-1);
+  EXPECT_EQ(c3.feed1({"SET", "k", "v"}), (Cmds{{"SET", "k", "v"}}));  // P-3
+  EXPECT_EQ(c3.feed1({"PERSIST", "k"}), (Cmds{{"PERSIST", "k"}}));
+}
+
+TEST(PolicyVectors, P9_StripTtlThenTheDefault) {
+  Chain c;
+  c.pipe.filters.strip_ttl = true;
+  c.collection().default_ttl = std::chrono::hours(1);
+  EXPECT_EQ(c.feed1({"SET", "k", "v", "PXAT", n(kNow + 5 * 3600 * S)}),
+            (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 3600 * S)}}));
+}
+
+TEST(PolicyVectors, P10_P20_TtlFieldFromSetRestoreAndSnapshot) {
+  Chain c;
+  auto& col = c.collection();
+  col.default_ttl = std::chrono::milliseconds(-1);
+  col.ttl_field = "ttl";
+  const std::string doc = R"({"ttl":60})";
+  EXPECT_EQ(c.feed1({"SET", "k", doc}), (Cmds{{"SET", "k", doc, "PXAT", n(kNow + 60 * S)}}));
+  EXPECT_EQ(c.feed1({"SET", "k", "plain"}), (Cmds{{"SET", "k", "plain"}}));  // P-14
+  // P-20: a snapshot key whose RDB string value (length-prefixed) is the JSON document.
+  const std::string rdb_string = std::string(1, static_cast<char>(doc.size())) + doc;
+  EXPECT_EQ(c.feedSnapshot("k2", 0, rdb_string, source::rdb::Flavor::Redis, 10)[0][2],
+            n(kNow + 60 * S));
+  // P-20: RESTORE of a DUMP payload: type 0, the value, RDB version, CRC (not checked here).
+  const std::string dump = std::string(1, '\0') + rdb_string + std::string(10, '\0');
+  EXPECT_EQ(c.feed1({"RESTORE", "k3", "0", dump}),
+            (Cmds{{"RESTORE", "k3", n(kNow + 60 * S), dump, "REPLACE", "ABSTTL"}}));
+}
+
+TEST(PolicyVectors, P22_P29_ExpireAtFieldAndExpiredOnArrival) {
+  Chain c;
+  c.collection().expire_at_field = "expireAt";
+  const std::string doc = R"({"expireAt":"2001-09-09T01:46:50Z"})";
+  EXPECT_EQ(c.feed1({"SET", "k", doc}), (Cmds{{"SET", "k", doc, "PXAT", n(kNow + 10 * S)}}));
+  EXPECT_EQ(c.feed1({"SET", "k", R"({"expireAt":999999990})"}), (Cmds{{"DEL", "k"}}));  // P-29
+  EXPECT_EQ(c.stats.expired_on_arrival, 1u);
+  EXPECT_EQ(c.feed1({"MSET", "k", R"({"expireAt":999999990})"}), (Cmds{{"DEL", "k"}}));
+}
+
+TEST(PolicyVectors, P33_P36_P39_P42_MaxLifetime) {
+  Chain c;
+  c.collection().max_lifetime = std::chrono::seconds(100);
+  EXPECT_EQ(c.feed1({"SET", "k", "v"}), (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 100 * S)}}));
+  c.clock.advance(40 * S);
+  EXPECT_EQ(c.feed1({"SET", "k", "w"}), (Cmds{{"SET", "k", "w", "PXAT", n(kNow + 100 * S)}}));
+  EXPECT_EQ(c.feed1({"SET", "k", "w", "KEEPTTL"}),
+            (Cmds{{"MULTI"},
+                  {"SET", "k", "w", "KEEPTTL"},
+                  {"PEXPIREAT", "k", n(kNow + 100 * S), "LT"},
+                  {"EXEC"}}));  // P-39
+  EXPECT_EQ(c.feed1({"DEL", "k"}), (Cmds{{"DEL", "k"}}));
+  c.clock.advance(10 * S);
+  EXPECT_EQ(c.feed1({"SET", "k", "v"}),
+            (Cmds{{"SET", "k", "v", "PXAT", n(kNow + 150 * S)}}));  // P-36: anew
+  EXPECT_EQ(c.feed1({"HSET", "kh", "f", "v"}), (Cmds{{"MULTI"},
+                                                     {"HSET", "kh", "f", "v"},
+                                                     {"PEXPIREAT", "kh", n(kNow + 150 * S)},
+                                                     {"EXEC"}}));  // P-42
+  const uint64_t clamped = c.stats.expiry_clamped;  // a cap counts as a clamp (as max_ttl's)
+  EXPECT_EQ(c.feed1({"PEXPIREAT", "k", n(kNow + 900 * S)}),
+            (Cmds{{"PEXPIREAT", "k", n(kNow + 150 * S)}}));
+  EXPECT_EQ(c.stats.expiry_clamped, clamped + 1);
+  // RENAME: the destination is a first write of its own, the source forgotten.
+  c.clock.advance(5 * S);
+  EXPECT_EQ(
+      c.feed1({"RENAME", "k", "k9"}),
+      (Cmds{{"MULTI"}, {"RENAME", "k", "k9"}, {"PEXPIREAT", "k9", n(kNow + 155 * S)}, {"EXEC"}}));
+  EXPECT_EQ(c.first_seen->find(0, "k"), 0);
 }
 
 }  // namespace
