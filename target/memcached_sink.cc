@@ -159,13 +159,34 @@ void MemcachedSink::appendMarker(std::string_view token, uint64_t offset) {
 
 Status MemcachedSink::beginSnapshot(bool /*record_keys*/) {
   counts_ = SnapshotCounts{};
+  if (first_seen_ != nullptr) first_seen_->beginSweep();
   return Status{};
 }
 
 mc::FinalDeadline MemcachedSink::finalDeadline(int64_t e_ms, int db, std::string_view key,
-                                               int64_t now_ms) const {
-  const int64_t m = policy_.empty() ? 0 : policy_.effectiveMs(db, key);
-  return mc::finalDeadline(e_ms, compensation_ms_, m, now_ms);
+                                               int64_t now_ms, WriteKind kind,
+                                               std::optional<std::string_view> value) {
+  if (!policy_.hasPolicies()) {
+    const int64_t m = policy_.empty() ? 0 : policy_.effectiveMs(db, key);
+    return mc::finalDeadline(e_ms, compensation_ms_, m, now_ms);
+  }
+  const KeyPolicy kp = policy_.resolve(db, key);
+  if (!kp.any()) return mc::finalDeadline(e_ms, compensation_ms_, kp.max_ttl_ms, now_ms);
+  const int64_t e = e_ms == 0 ? 0 : e_ms + compensation_ms_;
+  int64_t first = 0;
+  if (kp.maxLifetimeMs() > 0 && first_seen_ != nullptr) {
+    first = first_seen_->touch(db, key, now_ms, kp.maxLifetimeMs());
+    // On disk before the write that uses it is queued (target/first_seen.h).
+    if (auto s = first_seen_->flush(); !s) spdlog::error("{}: {}", label_, s.error().message);
+  }
+  const PolicyDecision d = decide(kp, PolicyInput{kind, e, value, now_ms, first});
+  mc::FinalDeadline f = mc::finalDeadline(d.deadline, 0, 0, now_ms);
+  const std::string_view rule = d.rule;
+  f.clamped = (rule == "max_ttl" || rule == "max_lifetime") && d.deadline != e;
+  if (f.kind == mc::FinalDeadline::Kind::Expired && first_seen_ != nullptr) {
+    first_seen_->forget(db, key);  // md: gone from the target, its next write starts anew
+  }
+  return f;
 }
 
 bool MemcachedSink::targetKey(int source_db, std::string_view key) {
@@ -203,6 +224,7 @@ void MemcachedSink::refuse(std::string_view reason, std::string_view key, const 
 
 void MemcachedSink::remove(int db, std::string_view key) {
   if (!targetKey(db, key)) return;
+  if (first_seen_ != nullptr) first_seen_->forget(0, key_);
   const auto wk = mc::wireKey(key_);
   if (!wk) return;  // never written there
   mc::appendDelete(writer_.pending(), *wk);
@@ -211,6 +233,7 @@ void MemcachedSink::remove(int db, std::string_view key) {
 
 void MemcachedSink::invalidate(int db, std::string_view key, const source::Change& c) {
   if (!targetKey(db, key)) return;
+  if (first_seen_ != nullptr) first_seen_->forget(0, key_);  // deleted: starts anew
   const auto wk = mc::wireKey(key_);
   if (!wk) return;
   mc::appendDelete(writer_.pending(), *wk);
@@ -237,7 +260,9 @@ MemcachedSink::Outcome MemcachedSink::writeValue(const source::Event& ev, std::s
                        key_.size()));
     return Outcome::Failed;
   }
-  const mc::FinalDeadline f = finalDeadline(e_ms, 0, key_, now);
+  const mc::FinalDeadline f = finalDeadline(
+      e_ms, 0, key_, now, WriteKind::WholeValue,
+      flags == mc::kFlagString ? std::optional<std::string_view>(value) : std::nullopt);
   if (f.clamped) ++stats_.expiry_clamped;
   using K = mc::FinalDeadline::Kind;
   if (f.kind == K::Expired) {
@@ -371,7 +396,8 @@ void MemcachedSink::applyChange(const source::Change& c, int64_t now) {
         break;
       case Effect::ExpireAt:
       case Effect::Persist:
-        if (ev.stripped && policy_.empty()) break;  // strip_ttl: nothing to do
+        // strip_ttl: nothing to do, unless a max_ttl or a collection policy gives a deadline
+        if (ev.stripped && policy_.empty() && !policy_.hasPolicies()) break;
         touch(ev, ev.deadline_ms, now);
         break;
       case Effect::Delete:

@@ -56,7 +56,10 @@ class MemcachedSink final : public Sink {
   net::awaitable<Result<uint64_t>> deleteStaleKeys(uint64_t /*offset*/) override {
     co_return uint64_t{0};  // not supported (validation refuses full_sync.delete_stale_keys)
   }
-  Status endFullSync() override { return Status{}; }
+  Status endFullSync() override {
+    if (first_seen_ != nullptr) first_seen_->endSweep();
+    return Status{};
+  }
   void setCompensationMs(int64_t ms) override { compensation_ms_ = ms; }
   uint64_t ackedOffset() const override { return writer_.ackedOffset(); }
   bool drained() const override { return writer_.drained(); }
@@ -71,10 +74,16 @@ class MemcachedSink final : public Sink {
   /**
    * THE deadline decision of this target: source deadline `e_ms` (source clock, 0 = none) of
    * target key `key` (after key_rewrite) in target db `db`, at the target's `now_ms`: skew
-   * compensation, then the maxTTL clamp (MaxTtlPolicy), then what memcached can store
-   * (mc::finalDeadline). Expiry policies plug in here.
+   * compensation, then the collection's expiry policies and the maxTTL clamp (target::decide,
+   * expiry-semantics.md §8; the clamp alone where the collection has no policy), then what
+   * memcached can store (mc::finalDeadline). `kind`: a whole value (`value`: the string, for
+   * the JSON fields of §8.2/§8.3; nullopt for another type) or a deadline change (a touch).
+   * Records the key's first-seen second for max_lifetime.
    */
-  mc::FinalDeadline finalDeadline(int64_t e_ms, int db, std::string_view key, int64_t now_ms) const;
+  mc::FinalDeadline finalDeadline(int64_t e_ms, int db, std::string_view key, int64_t now_ms,
+                                  WriteKind kind = WriteKind::DeadlineOnly,
+                                  std::optional<std::string_view> value = std::nullopt);
+  void setFirstSeenStore(FirstSeenStore* store) override { first_seen_ = store; }
 
  private:
   /** Why a key was not written (xdcr_target_write_failures_total{reason}). */
@@ -104,6 +113,7 @@ class MemcachedSink final : public Sink {
   PipelineStats& stats_;
   filters::EventFilter filter_;
   const MaxTtlPolicy& policy_;
+  FirstSeenStore* first_seen_ = nullptr;  // max_lifetime (expiry-semantics.md §8.4)
   const clock::ClusterClock& target_clock_;
   MemcachedWriter writer_;
   std::string marker_key_;

@@ -184,5 +184,73 @@ TEST_F(Policies, MaxLifetimeSurvivesRestartAndCrash) {
   EXPECT_TRUE(std::filesystem::exists(dir_.file("state") + "/p.first-seen"));
 }
 
+// The same decision on a memcached target (MemcachedSink::finalDeadline calls target::decide):
+// a ttl field, an ArangoDB date (one past: deleted, never written), and max_lifetime kept across
+// an agent restart. memcached reports remaining whole seconds (`mg <key> t`).
+TEST(PoliciesMemcached, FieldsDatesAndLifetime) {
+  if (!memcachedAvailable()) GTEST_SKIP() << "memcached is not installed";
+  TempDir dir;
+  RedisServer source(std::vector<std::string>{"--repl-diskless-sync-delay", "0"});
+  MemcachedServer mc;
+  const std::string config = dir.file("xdcr.yaml");
+  writeFileText(
+      config, "agent: {state_dir: \"" + dir.file("state") +
+                  "\"}\n"
+                  "clusters:\n"
+                  "  src: {type: redis, address: \"" +
+                  source.address() +
+                  "\"}\n"
+                  "  mc:\n"
+                  "    type: memcached\n"
+                  "    address: \"" +
+                  mc.address() +
+                  "\"\n"
+                  "    buckets:\n"
+                  "      - db: 0\n"
+                  "        collections:\n"
+                  "          - {name: docs, keys: \"doc:*\", ttl_field: ttl, default_ttl: -1}\n"
+                  "          - {name: sess, keys: \"sess:*\", expire_at_field: expireAt}\n"
+                  "          - {name: tokens, keys: \"tok:*\", max_lifetime: 90d}\n"
+                  "pipelines:\n"
+                  "  - {name: p, source: src, target: mc, dbs: {0: 0}, checkpoint_interval: 1s}\n");
+  auto agent = std::make_unique<AgentProcess>(config, dir.file("agent.log"));
+  RespClient src = source.client();
+  auto fence = [&](const std::string& key) {
+    src.command({"SET", key, "1"});
+    ASSERT_TRUE(waitUntil([&] { return mc.get(key).present; }, 30s, 20ms)) << agent->logTail();
+  };
+  const int64_t now_s = unixTimeMs() / 1000;
+  src.command({"SET", "doc:1", R"({"ttl":60})"});
+  src.command({"SET", "doc:2", R"({"ttl":-1})"});
+  src.command({"SET", "sess:1", "{\"expireAt\":" + std::to_string(now_s + 30) + "}"});
+  src.command({"SET", "sess:past", "{\"expireAt\":" + std::to_string(now_s - 30) + "}"});
+  src.command({"SET", "tok:1", "a"});
+  fence("fence:1");
+  const MemcachedItem d1 = mc.get("doc:1"), d2 = mc.get("doc:2"), s1 = mc.get("sess:1"),
+                      t1 = mc.get("tok:1");
+  std::cout << "memcached: doc:1 t=" << d1.ttl_s << " doc:2 t=" << d2.ttl_s
+            << " sess:1 t=" << s1.ttl_s << " sess:past present=" << mc.get("sess:past").present
+            << " tok:1 t=" << t1.ttl_s << std::endl;
+  EXPECT_NEAR(d1.ttl_s, 60, 2);               // P-10
+  EXPECT_EQ(d2.ttl_s, -1);                    // P-11
+  EXPECT_NEAR(s1.ttl_s, 30, 2);               // P-23
+  EXPECT_FALSE(mc.get("sess:past").present);  // P-29
+  EXPECT_NEAR(t1.ttl_s, 90 * 86400, 2);       // P-33
+  std::this_thread::sleep_for(3s);
+  ASSERT_FALSE(agent->terminate().forced);
+  agent = std::make_unique<AgentProcess>(config, dir.file("agent.log"));
+  src.command({"SET", "tok:1", "b"});
+  fence("fence:2");
+  const MemcachedItem again = mc.get("tok:1");
+  std::cout << "memcached: tok:1 after a restart 3 s later: value " << again.value
+            << " t=" << again.ttl_s << " (the first write left t=" << t1.ttl_s
+            << "; a new lifetime would give about that again)" << std::endl;
+  EXPECT_EQ(again.value, "b");
+  // P-41: the first write's cap, 3 s closer now, not a new lifetime. Compared with the first
+  // reading, not with 90 d: memcached's remaining seconds carry its own clock's offset.
+  EXPECT_LE(again.ttl_s, t1.ttl_s - 2);
+  EXPECT_TRUE(agent->terminate().success());
+}
+
 }  // namespace
 }  // namespace xdcr::test
