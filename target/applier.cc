@@ -359,9 +359,14 @@ void Applier::apply(const source::Change& c) {
       for (const auto& ev : c.events) {
         if (!ev.pass) continue;
         Dest d = dest(ev.db, ev.key);
-        // M == 0 and no policy: the target deadline is untouched (decideFor says so).
-        const PolicyDecision p = decideFor(d, WriteKind::InPlace,
-                                           ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, {}, now);
+        // M == 0 and no policy: the target deadline is untouched (decideFor says so). Under a
+        // policy an overwriting *STORE is what §4 says it is, a create (E = 0): a whole value
+        // the stream does not carry (§8.1), so the fill applies and no field is read.
+        const WriteKind kind = c.effect == Effect::Store && d.policy != nullptr
+                                   ? WriteKind::WholeValue
+                                   : WriteKind::InPlace;
+        const PolicyDecision p =
+            decideFor(d, kind, ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, {}, now);
         if (p.action == PolicyDecision::Action::Set) setDeadline(d, p.deadline, now, false);
         if (p.action == PolicyDecision::Action::Cap) capDeadline(d, p.deadline);
       }

@@ -68,7 +68,7 @@ constexpr int64_t kHotFutureMs = 2500;
 constexpr int kKeysPerDb = 240;
 constexpr int kDbs = 2;
 constexpr int kSeeds = 3;
-// Source write commands per run (inside blocks included). 6 configurations x 3 seeds x 1150.
+// Source write commands per run (inside blocks included). 7 configurations x 3 seeds x 1150.
 constexpr int kOpsPerRun = 1150;
 // The run is paced over this long so that short deadlines (100-500 ms) and a 3 s maxTTL pass
 // while it goes on.
@@ -157,6 +157,20 @@ std::vector<RunConfig> runConfigs() {
     configs.push_back(c);
   }
   {
+    // The collection policies of expiry-semantics.md §8 that need no JSON value: default_ttl
+    // (3 s, short enough to end copies during the run; -1; one under a bucket max_ttl, where
+    // in-place writes only cap) and max_lifetime (2-4 s, alone and beside max_ttl or a
+    // default), so that lifetimes end, keys start anew after deletions and expirations, and
+    // in-place writes, KEEPTTL, PERSIST, PEXPIREAT, RENAME and COPY meet every rule.
+    RunConfig c;
+    c.model.name = "policies";
+    c.model.buckets = {
+        {0, 60, {{"t", "t:*", 0, 3, 0}, {"inh", "inh:*", 0, 0, 2}, {"big", "big:*", 900, 20, 4}}},
+        {1, 0, {{"t", "t:*", 3, 0, 2}, {"s", "s:*", 0, -1, 0}, {"inh", "inh:*", 0, 5, 0}}},
+    };
+    configs.push_back(c);
+  }
+  {
     // replicate_flush with dbs {1: 2} (db 0 unmapped, so dropped), a rewrite into a collection.
     RunConfig c;
     c.model.name = "replicate_flush";
@@ -205,7 +219,12 @@ std::string agentYaml(const ModelConfig& m, const std::string& state_dir, uint16
         y << "        collections:\n";
         for (const auto& c : b.collections) {
           y << "          - {name: " << c.name << ", keys: " << yamlQuoted(c.glob)
-            << ", max_ttl: " << yamlDuration(c.max_ttl_s) << "}\n";
+            << ", max_ttl: " << yamlDuration(c.max_ttl_s);
+          if (c.default_ttl_s != 0) {
+            y << ", default_ttl: " << (c.default_ttl_s < 0 ? "-1" : yamlDuration(c.default_ttl_s));
+          }
+          if (c.max_lifetime_s != 0) y << ", max_lifetime: " << yamlDuration(c.max_lifetime_s);
+          y << "}\n";
         }
       }
     }

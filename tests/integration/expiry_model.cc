@@ -91,6 +91,33 @@ int64_t ExpiryModel::clamp(int64_t e, int64_t m, int64_t now) {
   return e;
 }
 
+ExpiryModel::Policy ExpiryModel::policyOf(const KeyId& target) const {
+  const MaxTtlOf m = maxTtlOf(config_.buckets, target.first, target.second);
+  Policy p;
+  p.m = m.effectiveMs();
+  p.default_ttl = m.default_ttl_s < 0 ? -1 : m.default_ttl_s * kMsPerSecond;
+  p.lifetime = m.max_lifetime_s * kMsPerSecond;
+  return p;
+}
+
+int64_t ExpiryModel::touchFirst(TargetKey& t, const Policy& p, int64_t now) {
+  if (p.lifetime == 0) return 0;
+  if (t.first_s == 0 || t.first_s * kMsPerSecond + p.lifetime <= now) {
+    t.first_s = (now + kMsPerSecond - 1) / kMsPerSecond;  // rounded up: never early
+  }
+  return t.first_s;
+}
+
+int64_t ExpiryModel::policyDeadline(int64_t e, const Policy& p, int64_t first_s, int64_t now) {
+  int64_t t = e;
+  if (t == 0 && p.default_ttl > 0) t = now + p.default_ttl;  // the fill
+  if (p.lifetime > 0) {                                      // the cap from the first write
+    const int64_t end = first_s * kMsPerSecond + p.lifetime;
+    if (t == 0 || end < t) t = end;
+  }
+  return clamp(t, p.m, now);  // max_ttl last
+}
+
 std::string ExpiryModel::rel(int64_t abs_ms) const {
   char text[48];
   std::snprintf(text, sizeof(text), "%+.3fs", static_cast<double>(abs_ms - epoch_ms_) / 1000.0);
@@ -125,6 +152,7 @@ std::string ExpiryModel::setDeadline(TargetKey& t, int64_t deadline, int64_t now
     // Expired on arrival (§4): never a live copy on the target.
     t.exists = false;
     t.deadline = deadline;
+    t.first_s = 0;  // a DEL: its next write starts a new lifetime (§8.4)
     ++stats_.expired_on_arrival;
     return "expired on arrival (T=" + rel(deadline) + ")";
   }
@@ -145,7 +173,69 @@ void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Va
   const int64_t m = maxTtlMs(*target);
   const bool was_present = t.presentAt(now);
   const bool in_sync_before = t.value_known && (was_present ? t.value == before : !before.exists());
+  const Policy pol = policyOf(*target);
   std::string effect;
+  if (pol.any()) {
+    // §8.1: every write records the key's first-seen second (max_lifetime).
+    const int64_t first = touchFirst(t, pol, now);
+    const std::string policy_text = " D=" + std::to_string(pol.default_ttl / kMsPerSecond) +
+                                    "s L=" + std::to_string(pol.lifetime / kMsPerSecond) +
+                                    "s first=" + (first ? rel(first * kMsPerSecond) : "-");
+    const int64_t lifetime_end = pol.lifetime ? first * kMsPerSecond + pol.lifetime : 0;
+    switch (kind) {
+      case WriteKind::Deadline:
+      case WriteKind::NoDeadline: {
+        const int64_t replicated = config_.strip_ttl || kind == WriteKind::NoDeadline ? 0 : e;
+        t.exists = true;
+        t.value = after;
+        t.value_known = true;
+        effect = "write E=" + describeDeadline(replicated) +
+                 " M=" + std::to_string(m / kMsPerSecond) + "s" + policy_text + " -> " +
+                 setDeadline(t, policyDeadline(replicated, pol, first, now), now);
+        break;
+      }
+      case WriteKind::KeepTtl: {
+        // The target keeps its deadline; max_lifetime caps it (PEXPIREAT ... LT).
+        t.value = after;
+        t.value_known = true;
+        int64_t deadline = was_present ? t.deadline : 0;
+        if (lifetime_end != 0 && (deadline == 0 || lifetime_end < deadline)) {
+          deadline = lifetime_end;
+        }
+        t.exists = true;
+        effect = "write KEEPTTL" + policy_text + " -> " + setDeadline(t, deadline, now);
+        break;
+      }
+      case WriteKind::InPlace: {
+        if (!in_sync_before) {
+          t.value_known = false;
+          ++stats_.value_unknown;
+        }
+        t.value = after;
+        const int64_t old_deadline = was_present ? t.deadline : 0;
+        t.exists = after.exists();
+        if (!t.exists) {
+          effect = "in-place write left no key -> absent";
+        } else if (pol.default_ttl != 0) {
+          // A filling policy: the deadline stays; the caps lower it (PEXPIREAT ... LT).
+          int64_t cap = lifetime_end;
+          if (m > 0 && (cap == 0 || now + m < cap)) cap = now + m;
+          int64_t deadline = old_deadline;
+          if (cap != 0 && (deadline == 0 || cap < deadline)) deadline = cap;
+          effect = "in-place write" + policy_text + " -> " + setDeadline(t, deadline, now);
+        } else {
+          // max_lifetime alone: §4's in-place rule, then the cap.
+          const int64_t replicated = config_.strip_ttl ? 0 : e;
+          effect = "in-place write, source deadline " + describeDeadline(replicated) + policy_text +
+                   " -> " + setDeadline(t, policyDeadline(replicated, pol, first, now), now);
+        }
+        if (!in_sync_before) effect += " [value unknown: the target copy had diverged]";
+        break;
+      }
+    }
+    log(t, "[" + rel(now) + "] " + what + " -> " + effect);
+    return;
+  }
   switch (kind) {
     case WriteKind::Deadline: {
       // strip_ttl: every replicated mutation is written with E = 0, then rule 4 applies.
@@ -215,6 +305,10 @@ void ExpiryModel::expireAt(const KeyId& source, int64_t e, int64_t now, const st
   TargetKey& t = slot(*target);
   const int64_t m = maxTtlMs(*target);
   std::string effect;
+  if (const Policy pol = policyOf(*target); pol.any()) {
+    deadlineOnly(t, pol, config_.strip_ttl ? 0 : e, now, what);
+    return;
+  }
   if (!t.presentAt(now)) {
     effect = "no target copy: nothing";
   } else if (config_.strip_ttl) {
@@ -229,6 +323,25 @@ void ExpiryModel::expireAt(const KeyId& source, int64_t e, int64_t now, const st
   log(t, "[" + rel(now) + "] " + what + " -> " + effect);
 }
 
+void ExpiryModel::deadlineOnly(TargetKey& t, const Policy& pol, int64_t e, int64_t now,
+                               const std::string& what) {
+  // §8.1: the agent sends the decision whether or not the target holds the key (PEXPIREAT on
+  // an absent key does nothing), recording the first-seen second either way.
+  const int64_t first = touchFirst(t, pol, now);
+  const int64_t deadline = policyDeadline(e, pol, first, now);
+  std::string effect;
+  if (config_.strip_ttl && deadline == 0) {
+    effect = "stripped, no policy deadline: nothing";
+  } else if (!t.presentAt(now)) {
+    if (deadline != 0 && deadline <= now) t.first_s = 0;  // sent as DEL
+    effect = "no target copy: nothing";
+  } else {
+    effect = "E=" + describeDeadline(e) + " D=" + std::to_string(pol.default_ttl / 1000) +
+             "s L=" + std::to_string(pol.lifetime / 1000) + "s -> " + setDeadline(t, deadline, now);
+  }
+  log(t, "[" + rel(now) + "] " + what + " -> " + effect);
+}
+
 void ExpiryModel::persist(const KeyId& source, int64_t now, const std::string& what) {
   auto target = targetOf(source);
   if (!target) {
@@ -239,6 +352,10 @@ void ExpiryModel::persist(const KeyId& source, int64_t now, const std::string& w
   TargetKey& t = slot(*target);
   const int64_t m = maxTtlMs(*target);
   std::string effect;
+  if (const Policy pol = policyOf(*target); pol.any()) {
+    deadlineOnly(t, pol, 0, now, what);
+    return;
+  }
   if (!t.presentAt(now)) {
     effect = "no target copy: nothing";
   } else if (m > 0) {
@@ -281,6 +398,7 @@ void ExpiryModel::remove(const KeyId& source, RemoveCause cause, int64_t now,
              "s): the target keeps its copy until T=" + describeDeadline(t.deadline);
   } else {
     t.exists = false;
+    t.first_s = 0;  // §8.4: forgotten, the next write starts anew
     effect = "target copy removed";
   }
   log(t, "[" + rel(now) + "] " + what + " (" + kind + ") -> " + effect);
@@ -308,19 +426,25 @@ void ExpiryModel::move(const KeyId& from, const KeyId& to, int64_t from_deadline
   const bool a_in_sync = a.value_known && a.presentAt(now) && a.value == from_value;
   const int64_t m = maxTtlMs(*target_to);
   const int64_t replicated = config_.strip_ttl ? 0 : from_deadline;
+  const Policy pol_b = policyOf(*target_to);
+  if (!keep_from && &a != &b) a.first_s = 0;  // RENAME deletes a (§8.1)
+  const int64_t first_b = touchFirst(b, pol_b, now);
   b.exists = true;
   b.value = to_value;
   b.value_known = a_in_sync;
   if (!a_in_sync) {
     ++stats_.value_unknown;
   }
-  const std::string effect = "gets the value of " + target_from->second +
-                             ", E=" + describeDeadline(replicated) + " under " +
-                             describeMaxTtl(*target_to) + " -> " +
-                             setDeadline(b, clamp(replicated, m, now), now) +
-                             (a_in_sync ? ""
-                                        : " [value unknown: the copy of the source key had "
-                                          "diverged]");
+  const std::string effect =
+      "gets the value of " + target_from->second + ", E=" + describeDeadline(replicated) +
+      " under " + describeMaxTtl(*target_to) + " -> " +
+      setDeadline(
+          b,
+          pol_b.any() ? policyDeadline(replicated, pol_b, first_b, now) : clamp(replicated, m, now),
+          now) +
+      (a_in_sync ? ""
+                 : " [value unknown: the copy of the source key had "
+                   "diverged]");
   log(b, "[" + rel(now) + "] " + what + " -> " + effect);
   if (!keep_from && &a != &b) {
     a.exists = false;
@@ -357,6 +481,7 @@ void ExpiryModel::flush(int db, int64_t now, const std::string& what) {
     }
     if (sent) {
       t.exists = false;
+      t.first_s = 0;
       log(t, "[" + rel(now) + "] " + what + " -> replicated: target db " +
                  std::to_string(target_db) + " flushed");
     } else {

@@ -75,6 +75,9 @@ struct TargetKey {
   // A source expiration of this key was due too close to the final check to know whether the
   // agent had applied it: present (with the right value) and absent are both right.
   bool removal_ambiguous = false;
+  // max_lifetime (expiry-semantics.md §8.4): the first-seen second the agent holds for this
+  // target key, 0 = none.
+  int64_t first_s = 0;
   std::vector<std::string> history;
 
   /** Present at time `t`: written, not removed, and its deadline (if any) after `t`. */
@@ -107,6 +110,15 @@ class ExpiryModel {
 
   /** Rule 4 (§4): the target deadline for replicated deadline `e` under `m` at `now`. */
   static int64_t clamp(int64_t e, int64_t m, int64_t now);
+
+  /** A target key's collection policies (§8): default_ttl and max_lifetime in ms. */
+  struct Policy {
+    int64_t m = 0;
+    int64_t default_ttl = 0;  // 0 off, -1 "no default", > 0
+    int64_t lifetime = 0;
+    bool any() const { return default_ttl != 0 || lifetime != 0; }
+  };
+  Policy policyOf(const KeyId& target) const;
 
   // ---- events, in stream order; `now` is the test's clock at the write, `what` the command ----
 
@@ -185,6 +197,15 @@ class ExpiryModel {
    * arrival). Returns the text for the history line. */
   std::string setDeadline(TargetKey& t, int64_t deadline, int64_t now);
   std::string describeDeadline(int64_t deadline) const;
+  /** §8.4: the key's first-seen second, recorded at `now` (rounded up) if it has none or its
+   * lifetime is over. 0 without max_lifetime. */
+  int64_t touchFirst(TargetKey& t, const Policy& p, int64_t now);
+  /** §8.1 for a whole-value or deadline-only write: fill (default_ttl), cap (max_lifetime),
+   * clamp (max_ttl). */
+  static int64_t policyDeadline(int64_t e, const Policy& p, int64_t first_s, int64_t now);
+  /** PEXPIREAT / PERSIST (`e` = 0) in a collection with a policy. */
+  void deadlineOnly(TargetKey& t, const Policy& pol, int64_t e, int64_t now,
+                    const std::string& what);
 
   ModelConfig config_;
   std::vector<std::regex> include_;

@@ -18,7 +18,7 @@ MaxTtlOf maxTtlOf(const std::vector<BucketSpec>& buckets, int db, const std::str
     if (bucket.db != db) continue;
     for (const auto& c : bucket.collections) {
       if (::fnmatch(c.glob.c_str(), key.c_str(), 0) == 0) {
-        return {bucket.max_ttl_s, c.max_ttl_s, c.name};
+        return {bucket.max_ttl_s, c.max_ttl_s, c.name, c.default_ttl_s, c.max_lifetime_s};
       }
     }
     return {bucket.max_ttl_s, 0, "_default"};
@@ -45,7 +45,12 @@ std::string clusterYaml(const std::string& name, uint16_t port,
          << "        collections:\n";
     for (const auto& c : bucket.collections) {
       yaml << "          - {name: " << c.name << ", keys: \"" << c.glob
-           << "\", max_ttl: " << yamlDuration(c.max_ttl_s) << "}\n";
+           << "\", max_ttl: " << yamlDuration(c.max_ttl_s);
+      if (c.default_ttl_s != 0) {
+        yaml << ", default_ttl: " << (c.default_ttl_s < 0 ? "-1" : yamlDuration(c.default_ttl_s));
+      }
+      if (c.max_lifetime_s != 0) yaml << ", max_lifetime: " << yamlDuration(c.max_lifetime_s);
+      yaml << "}\n";
     }
   }
   return yaml.str();

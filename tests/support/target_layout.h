@@ -14,6 +14,10 @@ struct CollectionSpec {
   std::string name;
   std::string glob;       // Redis MATCH syntax, matched on the TARGET key name
   int64_t max_ttl_s = 0;  // 0 inherits the bucket's
+  // Expiry policies (expiry-semantics.md §8): default_ttl (0 = off, -1 = "-1") and
+  // max_lifetime (0 = none), in seconds.
+  int64_t default_ttl_s = 0;
+  int64_t max_lifetime_s = 0;
 };
 
 struct BucketSpec {
@@ -25,8 +29,10 @@ struct BucketSpec {
 /** Where a key falls: its bucket's and collection's max_ttl, and the collection's name. */
 struct MaxTtlOf {
   int64_t bucket_s = 0;
-  int64_t collection_s = 0;  // 0 for the default collection
-  std::string collection;    // "_default" when no pattern matched, "(no bucket)" without bucket
+  int64_t collection_s = 0;   // 0 for the default collection
+  std::string collection;     // "_default" when no pattern matched, "(no bucket)" without bucket
+  int64_t default_ttl_s = 0;  // the collection's policies (§8)
+  int64_t max_lifetime_s = 0;
   /** Effective maxTTL M: the collection's if > 0, else the bucket's. */
   int64_t effectiveMs() const { return (collection_s > 0 ? collection_s : bucket_s) * 1000; }
 };

@@ -708,6 +708,18 @@ TEST(PolicyVectors, P1_P5_P7_P8_DefaultTtl) {
   EXPECT_EQ(c3.feed1({"PERSIST", "k"}), (Cmds{{"PERSIST", "k"}}));
 }
 
+TEST(PolicyVectors, P46_AnOverwritingStoreIsACreate) {
+  // Found by the differential test: *STORE replaces the value and clears its TTL (§4: E = 0),
+  // so a default fills it; it was treated as an in-place write (deadline kept).
+  Chain c;
+  c.collection().default_ttl = std::chrono::hours(1);
+  EXPECT_EQ(c.feed1({"SUNIONSTORE", "k", "a", "b"}), (Cmds{{"MULTI"},
+                                                           {"SUNIONSTORE", "k", "a", "b"},
+                                                           {"PEXPIREAT", "k", n(kNow + 3600 * S)},
+                                                           {"EXEC"}}));
+  EXPECT_EQ(c.feed1({"APPEND", "k", "x"}), (Cmds{{"APPEND", "k", "x"}}));  // in place: kept
+}
+
 TEST(PolicyVectors, P9_StripTtlThenTheDefault) {
   Chain c;
   c.pipe.filters.strip_ttl = true;
