@@ -71,7 +71,11 @@ bool MemcachedServer::startOn(uint16_t port, std::string* why) {
   std::vector<std::string> argv = {"memcached", "-l", "127.0.0.1", "-p", std::to_string(port),
                                    "-U",        "0",  "-m",        "64", "-I",
                                    "1m",        "-t", "1"};
-  if (geteuid() == 0) argv.insert(argv.end(), {"-u", "nobody"});
+  // As root memcached must be told a user. Under libfaketime it stays root: it drops privileges
+  // before it reads its start time, and libfaketime (FAKETIME_NO_CACHE) re-reads the timestamp
+  // file on every clock read, which `nobody` cannot open in a test's 0700 directory — memcached
+  // then silently runs on the host's clock (measured: STAT time − host = 0 instead of +30).
+  if (geteuid() == 0) argv.insert(argv.end(), {"-u", env_.empty() ? "nobody" : "root"});
   try {
     process_ = Subprocess::start(argv, dir_.file("memcached.log"), env_);
   } catch (const std::exception& e) {

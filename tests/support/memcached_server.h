@@ -1,8 +1,8 @@
 #pragma once
 // A real memcached (Debian package memcached) on 127.0.0.1, a free port found at run time,
 // stopped by its PID: `memcached -l 127.0.0.1 -p PORT -U 0 -m 64 -I 1m -t 1` (+ `-u nobody` as
-// root), optionally under libfaketime (faketime.h) for a skewed clock. memcached reads its wall
-// clock ONCE at start, so a skew must be in place before it starts.
+// root; `-u root` under libfaketime), optionally under libfaketime (faketime.h) for a skewed clock.
+// memcached reads its wall clock ONCE at start, so a skew must be in place before it starts.
 
 #include <sys/types.h>
 

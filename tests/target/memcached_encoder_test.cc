@@ -19,11 +19,18 @@ TEST(MemcachedEncoder, PrintableKeysGoAsTheyAreOthersInBase64) {
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->text, "sess:1");
   EXPECT_FALSE(plain->base64);
-  auto bin = wireKey(std::string_view("bin\0key with spaces\r\n", 22));
+  // 21 bytes: the literal's own terminating NUL is not part of the key.
+  const std::string_view raw("bin\0key with spaces\r\n", 21);
+  auto bin = wireKey(raw);
   ASSERT_TRUE(bin);
   EXPECT_TRUE(bin->base64);
   EXPECT_EQ(bin->text, "YmluAGtleSB3aXRoIHNwYWNlcw0K");  // seed-systems notes §1, measured
-  EXPECT_EQ(decodeBase64(bin->text), std::string("bin\0key with spaces\r\n", 22));
+  EXPECT_EQ(decodeBase64(bin->text), std::string(raw));
+  // A length that is not a multiple of 3 is padded (memcached 1.6.18 takes the padding).
+  auto padded = wireKey(std::string_view("bin\0key with spaces\r\n", 22));
+  ASSERT_TRUE(padded);
+  EXPECT_EQ(padded->text, "YmluAGtleSB3aXRoIHNwYWNlcw0KAA==");
+  EXPECT_EQ(decodeBase64(padded->text), std::string("bin\0key with spaces\r\n", 22));
 }
 
 TEST(MemcachedEncoder, KeyLimitIs250OnTheWire) {
