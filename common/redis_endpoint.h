@@ -25,6 +25,9 @@ struct RedisEndpoint {
   std::string username;                 // ACL user; empty = the default user
   std::optional<std::string> password;  // resolved secret; nullopt = no AUTH. Never print it.
   std::optional<TlsOptions> tls;
+  /** A memcached server (type: memcached): it speaks memcached's text protocol, not RESP, so
+   *  RESP-only checks (PING, INFO, TIME) must not be sent to it. */
+  bool memcached = false;
 
   std::string address() const { return host + ":" + std::to_string(port); }
 };

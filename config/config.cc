@@ -327,6 +327,7 @@ RedisEndpoint ClusterConfig::endpoint() const {
   e.host = host;
   e.port = port;
   e.username = username;
+  e.memcached = isMemcached();
   if (password.present()) e.password = password.value;
   if (tls) {
     e.tls = TlsOptions{tls->ca_file, tls->cert_file, tls->key_file, tls->server_name, tls->verify};

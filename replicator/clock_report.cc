@@ -73,6 +73,7 @@ nlohmann::json clockReportJson(const clock::ClockReport* r, const config::ClockC
       cj["offset_vs_local_seconds"] = seconds(c.offset_ns);
       cj["bound_seconds"] = seconds(c.bound_ns);
       cj["rtt_seconds"] = seconds(c.rtt_ns);
+      if (c.grain_ns != 0) cj["grain_seconds"] = seconds(c.grain_ns);  // memcached: 1 s
       cj["measured_at_ms"] = c.measured_at_ms;
       if (auto e = r->clusterErrorNs(name)) cj["offset_vs_ntp_seconds"] = seconds(*e);
     }
@@ -109,7 +110,7 @@ int runClockCommand(const config::ConfigConstSharedPtr& config, bool as_json) {
   for (const auto& [name, c] : report->clusters) {
     if (!c.measured) {
       problems.push_back(fmt::format("cluster {}: clock not measured: {}", name, c.error));
-    } else if (auto e = report->clusterErrorNs(name); e && std::llabs(*e) > max_ns) {
+    } else if (auto e = report->clusterErrorNs(name); e && std::llabs(*e) > max_ns + c.grain_ns) {
       problems.push_back(fmt::format("cluster {} is {} from NTP time (max_skew {} ms)", name,
                                      clock::formatOffset(*e), cc.max_skew.count()));
     }
@@ -118,7 +119,13 @@ int runClockCommand(const config::ConfigConstSharedPtr& config, bool as_json) {
   std::vector<std::pair<std::string, clock::PipelineSkew>> skews;
   for (const auto& p : config->pipelines) {
     auto s = clock::evaluateSkew(*report, p.source, p.target, max_ns);
-    if (s.measured && std::llabs(s.delta_ns) > max_ns) {
+    // A coarse clock (memcached's 1 s STAT time) is over max_skew only beyond its grain, as
+    // the agent judges it (evaluateSkew).
+    int64_t grain_ns = 0;
+    for (const std::string* c : {&p.source, &p.target}) {
+      if (const auto* r = report->cluster(*c)) grain_ns += r->grain_ns;
+    }
+    if (s.measured && std::llabs(s.delta_ns) > max_ns + grain_ns) {
       problems.push_back(fmt::format("pipeline {}: {}", p.name, s.reason));
     }
     pipelines[p.name] = pipelineSkewJson(s, 0);

@@ -799,6 +799,18 @@ int runExplain(const config::ConfigConstSharedPtr& config, const ExplainOptions&
     std::cerr << "explain: " << noSuchPipeline(*config, options.pipeline) << "\n";
     return 78;
   }
+  if (const config::ClusterConfig* t = config->cluster(pipe->target);
+      t != nullptr && t->isMemcached()) {
+    // Explain reads the target's copy with Redis commands (TYPE, PEXPIRETIME, OBJECT).
+    std::cerr << "explain: pipeline " << pipe->name << " writes to memcached (cluster " << t->name
+              << ", " << t->address()
+              << "): explain reads a Redis target only. Check one key with `xdcr-agent verify -c "
+              << config->path << " -p " << pipe->name
+              << "` (it reads memcached with `mg <key> v t`), or ask memcached directly: "
+                 "`mg <key> v t f` (the key in base64 with `b` if it has bytes other than "
+                 "printable ASCII)\n";
+    return 2;
+  }
   net::io_context ioc(1);
   Explainer x(*config, *pipe, options, ioc.get_executor());
   return runOneShot("explain", ioc, x.run());

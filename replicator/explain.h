@@ -36,7 +36,8 @@ struct ExplainOptions {
   bool json = false;  // one JSON object on stdout
 };
 
-/** Exit status: 0 explained; 2 a cluster cannot be reached; 78 no such pipeline. */
+/** Exit status: 0 explained; 2 a cluster cannot be reached, or the target is memcached (not
+ *  supported: use verify); 78 no such pipeline. */
 int runExplain(const config::ConfigConstSharedPtr& config, const ExplainOptions& options);
 
 }  // namespace xdcr::replicator

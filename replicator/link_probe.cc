@@ -10,7 +10,14 @@ boost::asio::awaitable<bool> allAnswer(boost::asio::any_io_executor ex,
   for (const auto& endpoint : endpoints) {
     RedisConnection conn(ex, "probe of cluster " + endpoint.cluster);
     Status s = co_await conn.connect(endpoint, timeout);
-    if (s) {
+    if (s && endpoint.memcached) {
+      // memcached's text protocol: `version` answers one line (a PING would be an ERROR).
+      s = co_await conn.writeAll("version\r\n");
+      if (s) {
+        auto line = co_await conn.readLine(timeout);
+        if (!line) s = tl::unexpected<Error>(line.error());
+      }
+    } else if (s) {
       std::vector<std::string_view> ping{"PING"};  // GCC 12: no temporaries in co_await
       auto r = co_await conn.call(std::move(ping), timeout);
       if (!r) s = tl::unexpected<Error>(r.error());

@@ -2,8 +2,9 @@
 // Is the link back? While a link backs off after a failure, it asks its servers whether they
 // answer again (issue 17: after a partition the agent must be streaming within 2 s of the link's
 // return, not after a grown backoff). A probe is the connection a session would open — TCP, TLS,
-// AUTH as configured — and a PING; any answer, even an error reply or a refused AUTH, means the
-// network path works. Only an I/O failure (refused, reset, timed out) means it does not.
+// AUTH as configured — and a PING (`version` to a memcached target); any answer, even an error
+// reply or a refused AUTH, means the network path works. Only an I/O failure (refused, reset, timed
+// out) means it does not.
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>

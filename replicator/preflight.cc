@@ -82,6 +82,15 @@ int checkDistinctServers(const config::Config& config, std::chrono::milliseconds
   for (const auto& name : used) {
     const config::ClusterConfig* cluster = config.cluster(name);
     if (cluster == nullptr) continue;  // validation refused it already
+    if (cluster->isMemcached()) {
+      // memcached has no run_id (nor INFO), and it is only ever a target: no replication
+      // cycle runs through it, and two pipelines writing one memcached meet at their markers.
+      spdlog::info(
+          "start check: cluster {} ({}) is a memcached server: it has no run_id, so it is not "
+          "compared with the other clusters",
+          name, cluster->address());
+      continue;
+    }
     net::co_spawn(ioc, readRunId(*cluster, timeout, run_ids[name]), net::detached);
   }
   ioc.run();

@@ -18,6 +18,7 @@ namespace xdcr::replicator {
  * cannot be reached or gives no run_id is logged as a warning and skipped: it must not stop the
  * agent from starting (its pipelines retry as usual). Returns 0, or logs one error line per pair
  * of cluster names that reach one server (names, addresses, run_id) and returns 78 (EX_CONFIG).
+ * A memcached cluster (no run_id, never a source) is skipped with an info line.
  */
 int checkDistinctServers(const config::Config& config,
                          std::chrono::milliseconds timeout = std::chrono::seconds(3));

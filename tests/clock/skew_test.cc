@@ -36,8 +36,18 @@ TEST(clock_RedisTime, ParsesTimeRepliesAndRejectsGarbage) {
 
 ClockReport report(int64_t src_offset, int64_t dst_offset, std::optional<int64_t> ntp) {
   ClockReport r;
-  r.clusters["src"] = {"src", true, src_offset, 10'000, 20'000, 1, ""};
-  r.clusters["dst"] = {"dst", true, dst_offset, 10'000, 20'000, 1, ""};
+  r.clusters["src"] = {.cluster = "src",
+                       .measured = true,
+                       .offset_ns = src_offset,
+                       .bound_ns = 10'000,
+                       .rtt_ns = 20'000,
+                       .measured_at_ms = 1};
+  r.clusters["dst"] = {.cluster = "dst",
+                       .measured = true,
+                       .offset_ns = dst_offset,
+                       .bound_ns = 10'000,
+                       .rtt_ns = 20'000,
+                       .measured_at_ms = 1};
   if (ntp) {
     r.ntp.configured = true;
     r.ntp.ok = true;

@@ -136,8 +136,19 @@ TEST(Metrics, ClockMetricsFollowTheLatestCheck) {
   r.ntp.servers = {{"127.0.0.1:123", true, false, 2'000'000, 50'000, 8, true, ""},
                    {"127.0.0.4:123", true, false, 30'000'000'000, 50'000, 9, false, ""},
                    {"127.0.0.5:123", false, false, 0, 0, 0, false, "timeout"}};
-  r.clusters["src"] = {"src", true, 0, 10'000, 20'000, 1, ""};
-  r.clusters["dst"] = {"dst", true, 30'000'000'000, 10'000, 20'000, 1, "connection refused"};
+  r.clusters["src"] = {.cluster = "src",
+                       .measured = true,
+                       .offset_ns = 0,
+                       .bound_ns = 10'000,
+                       .rtt_ns = 20'000,
+                       .measured_at_ms = 1};
+  r.clusters["dst"] = {.cluster = "dst",
+                       .measured = true,
+                       .offset_ns = 30'000'000'000,
+                       .bound_ns = 10'000,
+                       .rtt_ns = 20'000,
+                       .measured_at_ms = 1,
+                       .error = "connection refused"};
   const std::string text = renderMetrics({pm}, &r);
   auto has = [&](const std::string& line) {
     EXPECT_NE(text.find(line + "\n"), std::string::npos) << "missing: " << line << "\n" << text;
