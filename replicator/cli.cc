@@ -92,6 +92,10 @@ std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
       "copy has provably expired: the source key idle (OBJECT IDLETIME) and the pipeline's last "
       "full sync (its checkpoint in agent.state_dir: run verify on the agent's host) both over "
       "max_ttl + tolerance ago; such keys are listed as \"expired\".\n"
+      "A memcached target is read per source key (mg <key> v t f): keys its rules refuse (a "
+      "deadline after 2038, a value over item_size_max, a key over 250 bytes, a non-string with "
+      "non_strings: refuse) are listed as \"refused\", not as differences; extra keys are not "
+      "counted (memcached cannot list its keys cheaply).\n"
       "Exit status: 0 in sync; 1 differences; 2 a cluster cannot be reached; 78 an invalid "
       "configuration or pipeline name.");
 
@@ -168,8 +172,9 @@ std::unique_ptr<CLI::App> buildApp(Options& o, Commands& c) {
       "and, when it is absent, the likely reasons: filtered, expired by its clamped deadline, "
       "the pipeline paused or behind (the running agent's /status through agent.admin_listen), "
       "not yet replicated.\n"
-      "Exit status: 0 explained; 2 a cluster cannot be reached; 78 an invalid configuration or "
-      "pipeline name.");
+      "A memcached target is not supported (exit 2): use verify.\n"
+      "Exit status: 0 explained; 2 a cluster cannot be reached, or the target is memcached; 78 "
+      "an invalid configuration or pipeline name.");
 
   c.man = app->add_subcommand("man", "print this command line's man page (roff)");
   c.completion = app->add_subcommand("completion", "print a shell completion script");

@@ -18,9 +18,9 @@ namespace {
 
 constexpr uint8_t kRdbTypeString = 0;
 
-/** A decoded non-string value as JSON (non_strings: json). Bytes that are not UTF-8 become
- *  U+FFFD (JSON holds text). */
-std::string toJson(const source::rdb::Value& v) {
+}  // namespace
+
+std::string memcachedJson(const source::rdb::Value& v) {
   using Json = nlohmann::json;
   using K = source::rdb::Value::Kind;
   Json j;
@@ -52,8 +52,6 @@ std::string toJson(const source::rdb::Value& v) {
   }
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
-
-}  // namespace
 
 MemcachedSink::MemcachedSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
                              const std::string& instance,
@@ -359,7 +357,7 @@ bool MemcachedSink::encodeValue(uint8_t type, std::string_view raw, std::string&
         why = "its value cannot be decoded: " + error;
         return false;
       }
-      out = toJson(decoded_);
+      out = memcachedJson(decoded_);
       flags = mc::kFlagJson;
       return true;
     }

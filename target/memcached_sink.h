@@ -28,6 +28,10 @@
 
 namespace xdcr::target {
 
+/** A decoded non-string value as the JSON a memcached target stores (non_strings: json; verify
+ *  renders the source's value with it too). Bytes that are not UTF-8 become U+FFFD. */
+std::string memcachedJson(const source::rdb::Value& v);
+
 class MemcachedSink final : public Sink {
  public:
   MemcachedSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -81,6 +82,30 @@ class MemcachedTest : public ::testing::Test {
   bool logHas(const std::string& text) const {
     return agent_->logText().find(text) != std::string::npos;
   }
+
+  /** The agent log's warning and error lines. */
+  std::string logProblems() const {
+    std::istringstream in(agent_->logText());
+    std::string line, out;
+    while (std::getline(in, line)) {
+      if (line.find("Z warning ") != std::string::npos ||
+          line.find("Z error ") != std::string::npos ||
+          line.find("Z critical ") != std::string::npos) {
+        out += line + "\n";
+      }
+    }
+    return out;
+  }
+
+  /** `xdcr-agent <command> -c <config> -p p [extra] -o json`. */
+  AgentCommandResult command(const std::string& name, std::vector<std::string> args) {
+    args.insert(args.begin(), {name, "-c", config_path_});
+    AgentCommandResult r =
+        runAgentCommand(args, dir_.file(name + std::to_string(++commands_) + ".out"));
+    std::cout << "[ " << name << " ] exit " << r.exit_code << "\n" << r.output << std::endl;
+    return r;
+  }
+  int commands_ = 0;
 
   TempDir dir_;
   RedisServer source_;
@@ -190,6 +215,89 @@ TEST_F(MemcachedTest, StripTtlAndDropDeletions) {
   EXPECT_TRUE(s.present);
   EXPECT_EQ(s.ttl_s, -1) << "strip_ttl: no deadline";
   EXPECT_TRUE(mc_->get("keep").present) << "drop_deletions: the DEL is not replicated";
+  // Nothing in this run is refused: the start checks, the clock probe and the link must not
+  // log a warning or an error about memcached not being Redis.
+  EXPECT_EQ(logProblems(), "");
+  EXPECT_TRUE(logHas("is a memcached server: it has no run_id")) << "preflight says it skips it";
+}
+
+// The one-shot commands against a memcached target: `clock` measures it (STAT time, 1 s grain),
+// `explain` says it does not apply (exit 2, pointing at verify), `verify` reads memcached.
+TEST_F(MemcachedTest, ClockAndExplainCommands) {
+  startMemcached();
+  startAgent("", "");
+  fence("fence:start");
+  AgentCommandResult c = command("clock", {"-o", "json"});
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_TRUE(c.report.contains("clusters")) << c.output;
+  EXPECT_TRUE(c.report["clusters"]["mc"]["measured"].get<bool>()) << c.output;
+  EXPECT_EQ(c.report["clusters"]["mc"]["grain_seconds"].get<double>(), 1.0);
+  EXPECT_FALSE(c.report["pipelines"]["p"]["exceeded"].get<bool>()) << c.output;
+  AgentCommandResult x = command("explain", {"-p", "p", "fence:start"});
+  EXPECT_EQ(x.exit_code, 2);
+  EXPECT_NE(x.output.find("explain reads a Redis target only"), std::string::npos) << x.output;
+}
+
+// verify against memcached: per source key `mg <key> v t f`, values and deadlines compared;
+// keys the rules refuse (2038, too large, too long, a non-string with non_strings refuse) are
+// reported as refused, not missing; a key deleted on memcached and a value changed there are
+// differences (exit 1) named in the report.
+TEST_F(MemcachedTest, VerifyFindsMissingAndWrongValues) {
+  startMemcached();
+  startAgent("", "");
+  fence("fence:start");
+  RespClient src = source_.client();
+  const int64_t now = unixTimeMs();
+  src.command({"SET", "a", "va", "PXAT", std::to_string(now + 1'000'000)});
+  src.command({"SET", "b", "vb"});
+  src.command({"SET", "c", "vc", "EX", "5000"});
+  src.command({"SET", "d31", "v31", "PXAT", std::to_string(now + 31 * kDay * 1000)});
+  src.command({"SET", std::string("bin\0key", 7), "vbin", "EX", "100"});
+  src.command({"SET", "y2038", "v", "PXAT", "2147483648000"});
+  src.command({"SET", "big", std::string(1'500'000, 'x')});
+  src.command({"SET", std::string(251, 'K'), "v"});
+  src.command({"HSET", "h", "f", "v"});
+  fence("fence:1");
+
+  AgentCommandResult clean = command("verify", {"-p", "p", "--rate", "0", "-o", "json"});
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+  const auto& cj = clean.report;
+  ASSERT_TRUE(cj.contains("checked")) << clean.output;
+  std::cout << "[ verify   ] clean: checked " << cj["checked"] << ", refused "
+            << cj["refused_by_target_rules"] << "\n";
+  EXPECT_EQ(cj["missing"], 0);
+  EXPECT_EQ(cj["value_mismatches"], 0);
+  EXPECT_EQ(cj["ttl_mismatches"], 0);
+  EXPECT_EQ(cj["refused_by_target_rules"], 4) << "y2038, big, the 251-byte key, the hash";
+  EXPECT_EQ(cj["extra_not_counted"], "memcached cannot list its keys cheaply");
+  for (const char* reason : {"deadline_2038", "value_too_large", "key_too_long", "not_a_string"}) {
+    EXPECT_NE(clean.output.find(reason), std::string::npos) << reason;
+  }
+
+  // The agent stopped (it would not repair memcached anyway): one key lost there, one value and
+  // one deadline changed there.
+  ASSERT_EQ(agent_->terminate().code, 0);
+  EXPECT_NE(mc_->request("md a\r\n").rfind("HD", 0), std::string::npos);
+  EXPECT_EQ(mc_->set("b", "wrong", 0), "HD");
+  EXPECT_EQ(mc_->set("c", "vc", mc_->statTime() + 100), "HD");
+  AgentCommandResult dirty =
+      command("verify", {"-p", "p", "--rate", "0", "--rechecks", "0", "-o", "json"});
+  EXPECT_EQ(dirty.exit_code, 1) << dirty.output;
+  const auto& dj = dirty.report;
+  EXPECT_EQ(dj["missing"], 1);
+  EXPECT_EQ(dj["value_mismatches"], 1);
+  EXPECT_EQ(dj["ttl_mismatches"], 1);
+  std::map<std::string, std::string> kinds;
+  for (const auto& e : dj["examples"]) kinds[e["source"].get<std::string>()] = e["kind"];
+  EXPECT_EQ(kinds["db0 \"a\""], "missing");
+  EXPECT_EQ(kinds["db0 \"b\""], "value");
+  EXPECT_EQ(kinds["db0 \"c\""], "ttl");
+  // The text report names them too.
+  AgentCommandResult text = command("verify", {"-p", "p", "--rate", "0", "--rechecks", "0"});
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.output.find("1 missing, 1 value mismatches, 1 ttl mismatches"), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("extra keys are not counted"), std::string::npos);
 }
 
 TEST_F(MemcachedTest, FullSyncThenRestartResumes) {

@@ -2,6 +2,7 @@
 // source deadline, hash-field deadlines (HPEXPIRETIME), vector sets compared by content.
 
 #include "replicator/verify_compare.h"
+#include "replicator/verify_memcached.h"
 
 #include <gtest/gtest.h>
 
@@ -319,6 +320,48 @@ TEST(JudgeAbsence, ASmallMaxTtlAndTolerance) {
   EXPECT_FALSE(judgeAbsence(e).expired);  // idle 3 s: only over 2 s ago
   e.idle_s = 0;
   EXPECT_FALSE(judgeAbsence(e).expired);
+}
+
+// What verify expects of a memcached target (the sink's rules, docs/expiry-semantics.md §11).
+TEST(MemcachedExpectationTest, RefusedKeysAreNamedByTheirReason) {
+  constexpr int64_t kNow = 1'795'480'300'000;
+  McExpectInput in;
+  in.target_key = "k";
+  in.type = "string";
+  in.value_size = 10;
+  in.deadline_ms = kNow + 60'000;
+  in.target_now_ms = kNow;
+  in.item_size_max = 1 << 20;
+  EXPECT_EQ(expectOnMemcached(in).kind, McExpectation::Kind::Written);
+  EXPECT_EQ(expectOnMemcached(in).flags, 0u);
+
+  McExpectInput t = in;
+  t.deadline_ms = 2'147'483'648'000;  // 2038-01-19T03:14:08Z
+  EXPECT_EQ(expectOnMemcached(t).reason, "deadline_2038");
+  t.max_ttl_ms = 600'000;  // the clamp brings it back into range
+  EXPECT_EQ(expectOnMemcached(t).kind, McExpectation::Kind::Written);
+
+  t = in;
+  t.value_size = 1'500'000;
+  EXPECT_EQ(expectOnMemcached(t).reason, "value_too_large");
+  t = in;
+  t.target_key = std::string(251, 'k');
+  EXPECT_EQ(expectOnMemcached(t).reason, "key_too_long");
+  t.target_key = std::string(187, '\x01');  // 252 base64 characters
+  EXPECT_EQ(expectOnMemcached(t).reason, "key_too_long");
+  t = in;
+  t.type = "hash";
+  EXPECT_EQ(expectOnMemcached(t).reason, "not_a_string");
+  t.non_strings = config::NonStrings::Json;
+  EXPECT_EQ(expectOnMemcached(t).flags, 2u);
+  t.non_strings = config::NonStrings::Dump;
+  EXPECT_EQ(expectOnMemcached(t).flags, 1u);
+
+  t = in;
+  t.deadline_ms = kNow - 1;
+  EXPECT_EQ(expectOnMemcached(t).kind, McExpectation::Kind::Expired);
+  t.deadline_ms = 0;  // none
+  EXPECT_EQ(expectOnMemcached(t).kind, McExpectation::Kind::Written);
 }
 
 }  // namespace
