@@ -41,13 +41,15 @@ ClockReport report(int64_t src_offset, int64_t dst_offset, std::optional<int64_t
                        .offset_ns = src_offset,
                        .bound_ns = 10'000,
                        .rtt_ns = 20'000,
-                       .measured_at_ms = 1};
+                       .measured_at_ms = 1,
+                       .error = {}};
   r.clusters["dst"] = {.cluster = "dst",
                        .measured = true,
                        .offset_ns = dst_offset,
                        .bound_ns = 10'000,
                        .rtt_ns = 20'000,
-                       .measured_at_ms = 1};
+                       .measured_at_ms = 1,
+                       .error = {}};
   if (ntp) {
     r.ntp.configured = true;
     r.ntp.ok = true;

@@ -141,7 +141,8 @@ TEST(Metrics, ClockMetricsFollowTheLatestCheck) {
                        .offset_ns = 0,
                        .bound_ns = 10'000,
                        .rtt_ns = 20'000,
-                       .measured_at_ms = 1};
+                       .measured_at_ms = 1,
+                       .error = {}};
   r.clusters["dst"] = {.cluster = "dst",
                        .measured = true,
                        .offset_ns = 30'000'000'000,

@@ -133,7 +133,8 @@ TEST(MemcachedClock, StatTimeIsAOneSecondGrain) {
 
 TEST(MemcachedClock, TheGrainAloneRaisesNoSkewAlarm) {
   clock::ClockReport report;
-  report.clusters["src"] = {.cluster = "src", .measured = true, .offset_ns = 0};
+  report.clusters["src"].cluster = "src";
+  report.clusters["src"].measured = true;
   clock::ClusterClockReport mc;
   mc.cluster = "mc";
   mc.measured = true;
