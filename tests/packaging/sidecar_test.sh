@@ -48,7 +48,9 @@ check "the admin server has a token (it listens on the pod network)" \
 check "the ConfigMap's edits are applied (agent.watch_config)" grep -qE '^  watch_config: ' "$tmp/embedded.yaml"
 
 # Run it: the local Redis real, the remote one a port nobody listens on.
-local_port=$(freeport) remote_port=$(freeport) admin_port=$(freeport)
+# The remote: port 1 (tcpmux), where nothing listens; a random free port could be taken by a
+# server of a test running beside this one, and the pipeline would then stream.
+local_port=$(freeport) remote_port=1 admin_port=$(freeport)
 redis-server --port "$local_port" --bind 127.0.0.1 --save '' --appendonly no \
   --dir "$tmp" >"$tmp/redis.log" 2>&1 &
 pids+=($!)
@@ -62,8 +64,9 @@ check "validate accepts the embedded config" "$build/xdcr-agent" validate -c "$t
 pids+=($!)
 for _ in $(seq 1 100); do [ "$(http GET "$admin_port" /healthz)" = 200 ] && break; sleep 0.1; done
 sleep 2  # the remote's connection refused, the pipeline not streaming
-check "/readyz is 503 while the remote is down (why it cannot be the pod's readiness)" \
-  test "$(http GET "$admin_port" /readyz)" = 503
+readyz=$(http GET "$admin_port" /readyz)
+check "/readyz is 503 while the remote is down (why it cannot be the pod's readiness; got $readyz)" \
+  test "$readyz" = 503
 check "the readiness probe ($readiness) answers 200 while the remote is down" \
   test "$(http GET "$admin_port" "$readiness")" = 200
 check "the liveness probe ($liveness) answers 200" test "$(http GET "$admin_port" "$liveness")" = 200
