@@ -213,8 +213,9 @@ void FirstSeenStore::applyRecord(const char* r) {
   }
 }
 
-Status FirstSeenStore::open(int64_t now_ms) {
-  if (path_.empty()) return Status{};
+Status FirstSeenStore::load(int64_t now_ms, size_t* valid_out, bool* found) {
+  *valid_out = 0;
+  if (found != nullptr) *found = false;
   std::string data;
   {
     const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -222,6 +223,7 @@ Status FirstSeenStore::open(int64_t now_ms) {
       return fail(Error::storage(fmt::format("cannot read {}: {}", path_, std::strerror(errno))));
     }
     if (fd >= 0) {
+      if (found != nullptr) *found = true;
       char buf[1 << 16];
       for (;;) {
         const ssize_t n = ::read(fd, buf, sizeof buf);
@@ -258,6 +260,21 @@ Status FirstSeenStore::open(int64_t now_ms) {
       ++i;
     }
   }
+  *valid_out = valid;
+  return Status{};
+}
+
+Status FirstSeenStore::loadReadOnly(int64_t now_ms, bool* found) {
+  if (path_.empty()) return Status{};
+  read_only_ = true;
+  size_t valid = 0;
+  return load(now_ms, &valid, found);
+}
+
+Status FirstSeenStore::open(int64_t now_ms) {
+  if (path_.empty()) return Status{};
+  size_t valid = 0;
+  if (auto s = load(now_ms, &valid, nullptr); !s) return s;
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) {
     return fail(
@@ -334,7 +351,7 @@ Status FirstSeenStore::compact() {
 }
 
 Status FirstSeenStore::sync(int64_t now_ms) {
-  if (path_.empty()) return Status{};
+  if (path_.empty() || read_only_) return Status{};
   if (auto s = flush(); !s) return s;
   for (size_t i = 0; i < slots_.size();) {
     if (slots_[i].used &&

@@ -37,6 +37,13 @@ class FirstSeenStore {
 
   /** Loads the file (none: empty) and opens it for appending. Errors name the file. */
   Status open(int64_t now_ms);
+  /**
+   * Loads the file READ-ONLY (`xdcr-agent verify` and `explain`, beside a running agent): never
+   * creates, truncates or appends to it; a torn tail is skipped, not cut. `*found` (when given)
+   * tells whether the file exists. Nothing is ever written by a store loaded this way (flush()
+   * and sync() do nothing without open()).
+   */
+  Status loadReadOnly(int64_t now_ms, bool* found = nullptr);
 
   /**
    * The key's first-seen second. When it has none, or the one it has is over (first * 1000 +
@@ -82,6 +89,9 @@ class FirstSeenStore {
   void record(Op op, uint16_t db, uint32_t second, uint64_t hash);
   void applyRecord(const char* r);
   Status compact();
+  /** Reads the file into the table, drops ended lifetimes; `*valid`: the bytes of whole, known
+   *  records (0 when there is no file or it is empty). */
+  Status load(int64_t now_ms, size_t* valid, bool* found);
 
   std::string path_;
   int64_t max_lifetime_ms_;
@@ -91,6 +101,7 @@ class FirstSeenStore {
   std::string pending_;  // records not yet written
   uint64_t log_records_ = 0;
   int fd_ = -1;
+  bool read_only_ = false;  // loadReadOnly(): sync() and compaction never touch the file
 };
 
 }  // namespace xdcr::target

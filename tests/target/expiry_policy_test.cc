@@ -271,5 +271,52 @@ TEST(FirstSeen, P41_SurvivesReopenCompactionAndATornTail) {
   std::filesystem::remove_all(dir);
 }
 
+// verify and explain read the file beside a running agent: never create, cut or append to it.
+TEST(FirstSeen, LoadReadOnlyLeavesTheFileAsItIs) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("first_seen_ro_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/p.first-seen";
+  {
+    FirstSeenStore none(path, 1000 * S);
+    bool found = true;
+    ASSERT_TRUE(none.loadReadOnly(kNow, &found));
+    EXPECT_FALSE(found);
+    EXPECT_FALSE(std::filesystem::exists(path));  // not created
+  }
+  {
+    FirstSeenStore s(path, 1000 * S);
+    ASSERT_TRUE(s.open(kNow));
+    s.touch(0, "a", kNow, 1000 * S);
+    s.touch(3, "b", kNow + 5 * S, 1000 * S);
+    ASSERT_TRUE(s.flush());
+  }
+  {
+    FILE* f = std::fopen(path.c_str(), "ab");  // a record being appended
+    std::fwrite("\x01\x00\x00", 1, 3, f);
+    std::fclose(f);
+  }
+  const auto size = std::filesystem::file_size(path);
+  {
+    FirstSeenStore r(path, 1000 * S);
+    bool found = false;
+    ASSERT_TRUE(r.loadReadOnly(kNow + 10 * S, &found));
+    EXPECT_TRUE(found);
+    EXPECT_EQ(r.find(0, "a"), kNow / 1000);
+    EXPECT_EQ(r.find(3, "b"), kNow / 1000 + 5);
+    r.touch(0, "c", kNow, 1000 * S);  // buffered, never written
+    ASSERT_TRUE(r.flush());
+    ASSERT_TRUE(r.sync(kNow + 10 * S));
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), size);  // the torn tail is not cut either
+  {
+    FirstSeenStore r(path, 1000 * S);  // ended lifetimes are dropped as open() drops them
+    ASSERT_TRUE(r.loadReadOnly(kNow + 2000 * S));
+    EXPECT_EQ(r.size(), 0U);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace xdcr::target
