@@ -22,6 +22,7 @@
 #include "common/stats.h"
 #include "filters/key_space.h"
 #include "replicator/checkpoint.h"
+#include "replicator/first_seen_view.h"
 #include "replicator/one_shot.h"
 #include "replicator/verify_compare.h"
 #include "replicator/verify_memcached.h"
@@ -50,7 +51,21 @@ using verify::quote;
 
 // FieldTtl: the key's contents and deadline are right, a hash field's deadline is not.
 // Refused: a memcached target cannot hold the key by the rules (not a difference).
-enum class Verdict { Ok, Missing, Value, Ttl, FieldTtl, SourceGone, EndedByMaxTtl, Refused };
+// NotChecked: a collection policy's deadline depends on the last write kind, which verify cannot
+// know (expiry-semantics.md §8.1): within the window that write kind allows, counted apart.
+// EndedByPolicy: absent, and the collection's policy provably ended its copy.
+enum class Verdict {
+  Ok,
+  Missing,
+  Value,
+  Ttl,
+  FieldTtl,
+  SourceGone,
+  EndedByMaxTtl,
+  Refused,
+  NotChecked,
+  EndedByPolicy
+};
 
 const char* verdictName(Verdict v) {
   switch (v) {
@@ -63,9 +78,12 @@ const char* verdictName(Verdict v) {
     case Verdict::FieldTtl:
       return "field-ttl";
     case Verdict::EndedByMaxTtl:
+    case Verdict::EndedByPolicy:
       return "expired";
     case Verdict::Refused:
       return "refused";
+    case Verdict::NotChecked:
+      return "not-checked";
     default:
       return "ok";
   }
@@ -177,12 +195,24 @@ class Verifier {
                                             std::vector<KeyState>& states);
   Verdict judgeMemcached(const KeyRef& k, const KeyState& s, const verify::McItem& t,
                          int64_t target_now_ms, std::string& detail) const;
+  /** The key's collection policies (M alone when the target has none beside max_ttl). */
+  target::KeyPolicy keyPolicy(const KeyRef& k) const;
+  /** What target::decide needs about a key under a policy, as verify knows it. */
+  verify::PolicyFacts policyFacts(const KeyRef& k, const KeyState& s, const target::KeyPolicy& kp,
+                                  int64_t target_now_ms) const;
+  /** The source's idle time and the last full sync: what proves a copy expired. */
+  verify::AbsenceEvidence absenceEvidence(const KeyRef& k, int64_t max_ttl) const;
+  /** Idle times and the last full sync are needed (a max_ttl or a collection policy). */
+  bool evidenceNeeded() const { return !policy_.empty() || policy_.hasPolicies(); }
+  /** (Re)reads max_lifetime's first-seen records, read-only (replicator/first_seen_view.h). */
+  void loadFirstSeen();
   net::awaitable<Status> countExtra();
   net::awaitable<void> pace(size_t keys);
   Verdict judge(const KeyRef& k, const KeyState& s, const KeyState& t, std::string& detail) const;
-  /** A source key absent on the target: missing, unless a max_ttl provably ended its copy. */
-  Verdict absent(const KeyRef& k, const KeyState& s, int64_t max_ttl, const std::string& note,
-                 std::string& detail) const;
+  /** A source key absent on the target: missing, unless a max_ttl or the collection's policy
+   *  provably ended its copy. */
+  Verdict absent(const KeyRef& k, const KeyState& s, const target::KeyPolicy& kp,
+                 int64_t target_now_ms, const std::string& note, std::string& detail) const;
   void report(const KeyRef& k, Verdict v, const std::string& detail);
 
   const config::Config& cfg_;
@@ -210,6 +240,11 @@ class Verifier {
   uint64_t checked_ = 0, missing_ = 0, values_ = 0, ttls_ = 0, field_ttls_ = 0, extra_ = 0;
   uint64_t ended_by_max_ttl_ = 0, source_gone_ = 0, refused_ = 0;
   std::vector<nlohmann::json> examples_, expired_examples_, refused_examples_;
+  // Collection policies (expiry-semantics.md §8): keys whose deadline verify cannot check, keys
+  // a policy ended, and max_lifetime keys with no first-seen record.
+  uint64_t ttl_not_checked_ = 0, ended_by_policy_ = 0, first_seen_unknown_ = 0;
+  std::vector<nlohmann::json> not_checked_examples_;
+  std::optional<FirstSeenView> first_seen_;
   // When the pipeline's last full sync wrote to the target at the latest (this host's clock),
   // from its checkpoint in agent.state_dir; -1 unknown, with the reason.
   int64_t full_sync_bound_ms_ = -1;
@@ -391,8 +426,10 @@ net::awaitable<Result<std::vector<KeyState>>> Verifier::readStates(
 Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
                         std::string& detail) const {
   if (s.type == "none") return Verdict::SourceGone;
-  const int64_t max_ttl = policy_.effectiveMs(k.dst_db, k.dst_key);
-  if (t.type == "none") return absent(k, s, max_ttl, "", detail);
+  const target::KeyPolicy kp = keyPolicy(k);
+  const int64_t max_ttl = kp.max_ttl_ms;
+  const int64_t target_now = local_clock_.nowMs() + target_offset_ms_;
+  if (t.type == "none") return absent(k, s, kp, target_now, "", detail);
   if (s.type != t.type || !(s.value == t.value)) {
     if (s.type != t.type) {
       detail = fmt::format("source type {}, target type {}", s.type, t.type);
@@ -407,9 +444,17 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
   // The deadline the rules give, before any maxTTL: the source's (none with strip_ttl),
   // translated into the target's clock when the pipeline compensates skew.
   const int64_t expected = rules_.expected(s.deadline);
+  // A collection policy: the agent's own decision (target::decide) on the source's value.
+  std::optional<verify::PolicyJudgement> pj;
+  if (kp.any()) {
+    pj = verify::judgePolicyDeadline(policyFacts(k, s, kp, target_now), t.deadline);
+    if (pj->verdict == verify::PolicyVerdict::Mismatch) {
+      detail = fmt::format("source deadline {}; {}", formatDeadline(s.deadline), pj->detail);
+      return Verdict::Ttl;
+    }
+  }
   // The expected deadline, or with a maxTTL a clamp made at some past write (verify_compare.h).
-  const int64_t target_now = local_clock_.nowMs() + target_offset_ms_;
-  if (rules_.allows(s.deadline, t.deadline, max_ttl, target_now)) {
+  if (pj || rules_.allows(s.deadline, t.deadline, max_ttl, target_now)) {
     // A hash's fields: the same rules, but never a maxTTL clamp (it bounds the key's deadline).
     if (s.type == "hash" && s.fields_read && t.fields_read) {
       const auto diffs = verify::compareFieldDeadlines(rules_, verify::hashFields(s.value),
@@ -420,6 +465,10 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
         return Verdict::FieldTtl;
       }
     }
+    if (pj && pj->verdict == verify::PolicyVerdict::NotChecked) {
+      detail = fmt::format("source deadline {}; {}", formatDeadline(s.deadline), pj->detail);
+      return Verdict::NotChecked;
+    }
     return Verdict::Ok;
   }
   detail = fmt::format("deadline: source {}, target {}, expected {}{}", formatDeadline(s.deadline),
@@ -428,20 +477,62 @@ Verdict Verifier::judge(const KeyRef& k, const KeyState& s, const KeyState& t,
   return Verdict::Ttl;
 }
 
-Verdict Verifier::absent(const KeyRef& k, const KeyState& s, int64_t max_ttl,
-                         const std::string& note, std::string& detail) const {
+target::KeyPolicy Verifier::keyPolicy(const KeyRef& k) const {
+  if (policy_.hasPolicies()) return policy_.resolve(k.dst_db, k.dst_key);
+  target::KeyPolicy kp;
+  kp.max_ttl_ms = policy_.empty() ? 0 : policy_.effectiveMs(k.dst_db, k.dst_key);
+  return kp;
+}
+
+verify::PolicyFacts Verifier::policyFacts(const KeyRef& k, const KeyState& s,
+                                          const target::KeyPolicy& kp,
+                                          int64_t target_now_ms) const {
+  verify::PolicyFacts f;
+  f.policy = kp;
+  const int64_t e = rules_.expected(s.deadline);  // strip_ttl, the compensation shift
+  f.e = e < 0 ? 0 : e;
+  // The fields are read from a string's value, as the agent reads a whole-value write's.
+  if (s.type == "string" && s.value.type == resp::ReplyType::Bulk) f.value = s.value.str;
+  f.in_place_possible = mc_ == nullptr;  // memcached deletes the key on in-place writes
+  if (kp.maxLifetimeMs() > 0 && first_seen_) f.first = first_seen_->find(k.dst_db, k.dst_key);
+  f.now = target_now_ms;
+  f.tolerance_ms = rules_.tolerance_ms;
+  return f;
+}
+
+verify::AbsenceEvidence Verifier::absenceEvidence(const KeyRef& k, int64_t max_ttl) const {
+  verify::AbsenceEvidence e;
+  e.max_ttl_ms = max_ttl;
+  e.tolerance_ms = rules_.tolerance_ms;
+  e.idle_s = k.idle_s >= 0 ? k.idle_s : -1;
+  e.idle_unreadable = k.idle_error;
+  if (full_sync_bound_ms_ >= 0) {
+    e.since_full_sync_ms = std::max<int64_t>(0, local_clock_.nowMs() - full_sync_bound_ms_);
+  }
+  e.full_sync_unknown = full_sync_unknown_;
+  return e;
+}
+
+void Verifier::loadFirstSeen() {
+  if (policy_.maxLifetimeMs() <= 0) return;
+  first_seen_ = FirstSeenView::load(cfg_.agent.state_dir, pipe_.name, policy_.maxLifetimeMs(),
+                                    local_clock_.nowMs() + target_offset_ms_);
+}
+
+Verdict Verifier::absent(const KeyRef& k, const KeyState& s, const target::KeyPolicy& kp,
+                         int64_t target_now_ms, const std::string& note,
+                         std::string& detail) const {
+  if (kp.any()) {
+    // The collection's policy: only an end the agent's decision proves is no difference.
+    const verify::AbsenceVerdict a = verify::judgePolicyAbsence(
+        policyFacts(k, s, kp, target_now_ms), absenceEvidence(k, kp.max_ttl_ms));
+    detail = fmt::format("a {} on the source, {}{}", s.type, a.detail, note);
+    return a.expired ? Verdict::EndedByPolicy : Verdict::Missing;
+  }
+  const int64_t max_ttl = kp.max_ttl_ms;
   if (max_ttl > 0) {
     // Only an expiry the rules prove is no difference (verify_compare.h, judgeAbsence).
-    verify::AbsenceEvidence e;
-    e.max_ttl_ms = max_ttl;
-    e.tolerance_ms = rules_.tolerance_ms;
-    e.idle_s = k.idle_s >= 0 ? k.idle_s : -1;
-    e.idle_unreadable = k.idle_error;
-    if (full_sync_bound_ms_ >= 0) {
-      e.since_full_sync_ms = std::max<int64_t>(0, local_clock_.nowMs() - full_sync_bound_ms_);
-    }
-    e.full_sync_unknown = full_sync_unknown_;
-    const verify::AbsenceVerdict a = verify::judgeAbsence(e);
+    const verify::AbsenceVerdict a = verify::judgeAbsence(absenceEvidence(k, max_ttl));
     detail = fmt::format("a {} on the source, {}{}", s.type, a.detail, note);
     return a.expired ? Verdict::EndedByMaxTtl : Verdict::Missing;
   }
@@ -452,7 +543,10 @@ Verdict Verifier::absent(const KeyRef& k, const KeyState& s, int64_t max_ttl,
 Verdict Verifier::judgeMemcached(const KeyRef& k, const KeyState& s, const verify::McItem& t,
                                  int64_t target_now_ms, std::string& detail) const {
   if (s.type == "none") return Verdict::SourceGone;
-  const int64_t max_ttl = policy_.effectiveMs(k.dst_db, k.dst_key);
+  const target::KeyPolicy kp = keyPolicy(k);
+  const int64_t max_ttl = kp.max_ttl_ms;
+  std::optional<verify::PolicyFacts> facts;
+  if (kp.any()) facts = policyFacts(k, s, kp, target_now_ms);
   verify::McExpectation e;
   if (!s.mc_error.empty()) {
     e.kind = verify::McExpectation::Kind::Refused;
@@ -466,6 +560,11 @@ Verdict Verifier::judgeMemcached(const KeyRef& k, const KeyState& s, const verif
     const int64_t expected = rules_.expected(s.deadline);  // strip_ttl, the shift; -1 none
     in.deadline_ms = expected < 0 ? 0 : expected;
     in.max_ttl_ms = max_ttl;
+    if (facts) {
+      // A policy: the deadline a write now gives (target::decide), max_ttl included.
+      in.deadline_ms = verify::wholeValueRange(*facts).hi;
+      in.max_ttl_ms = 0;
+    }
     in.target_now_ms = target_now_ms;
     in.item_size_max = mc_->itemSizeMax();
     in.non_strings = dst_cfg_.non_strings;
@@ -486,7 +585,7 @@ Verdict Verifier::judgeMemcached(const KeyRef& k, const KeyState& s, const verif
   }
   if (e.kind == K::Expired) return Verdict::Ok;  // deleted on arrival; memcached expires it too
   if (!t.present) {
-    return absent(k, s, max_ttl,
+    return absent(k, s, kp, target_now_ms,
                   " (lost or evicted there, or deleted by an in-place write on the source — "
                   "APPEND, INCR, SETRANGE, a write to a non-string — which memcached cannot "
                   "express: xdcr_target_invalidations_total counts those)",
@@ -517,6 +616,13 @@ Verdict Verifier::judgeMemcached(const KeyRef& k, const KeyState& s, const verif
                          s.type == "string" ? "" : " (as JSON)", quote(s.mc_compare),
                          quote(target_compare));
     return Verdict::Value;
+  }
+  if (facts) {
+    const verify::PolicyJudgement pj = verify::judgePolicyDeadline(*facts, t.deadline_ms);
+    if (pj.verdict == verify::PolicyVerdict::Ok) return Verdict::Ok;
+    detail = fmt::format("source deadline {}; {} (memcached: whole seconds)",
+                         formatDeadline(s.deadline), pj.detail);
+    return pj.verdict == verify::PolicyVerdict::NotChecked ? Verdict::NotChecked : Verdict::Ttl;
   }
   if (rules_.allows(s.deadline, t.deadline_ms, max_ttl, target_now_ms)) return Verdict::Ok;
   detail = fmt::format("deadline: source {}, target {} (memcached: whole seconds), expected {}{}",
@@ -592,12 +698,19 @@ void Verifier::report(const KeyRef& k, Verdict v, const std::string& detail) {
     case Verdict::Refused:
       ++refused_;
       break;
+    case Verdict::NotChecked:
+      ++ttl_not_checked_;
+      break;
+    case Verdict::EndedByPolicy:
+      ++ended_by_policy_;
+      break;
     default:
       return;
   }
-  auto& list = v == Verdict::EndedByMaxTtl ? expired_examples_
-               : v == Verdict::Refused     ? refused_examples_
-                                           : examples_;
+  auto& list = v == Verdict::EndedByMaxTtl || v == Verdict::EndedByPolicy ? expired_examples_
+               : v == Verdict::Refused                                    ? refused_examples_
+               : v == Verdict::NotChecked                                 ? not_checked_examples_
+                                                                          : examples_;
   if (list.size() <
       (v == Verdict::Value || v == Verdict::Missing || v == Verdict::Ttl || v == Verdict::FieldTtl
            ? kMaxExamples
@@ -627,6 +740,7 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
     if (round > 0) {
       net::steady_timer t(co_await net::this_coro::executor, opt_.recheck_delay);
       co_await t.async_wait(net::use_awaitable);
+      loadFirstSeen();  // the running agent may have recorded or forgotten keys meanwhile
     }
     std::vector<std::string> skeys, dkeys;
     for (const auto& k : pending) {
@@ -634,7 +748,7 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
       dkeys.push_back(k.dst_key);
     }
     // The source key's idle time, where a maxTTL may end the target's copy first.
-    auto ss = co_await readStates(*src_, src_fields_, pending[0].src_db, skeys, !policy_.empty());
+    auto ss = co_await readStates(*src_, src_fields_, pending[0].src_db, skeys, evidenceNeeded());
     if (!ss) co_return fail(ss.error());
     for (size_t i = 0; i < pending.size(); ++i) {
       KeyRef& k = pending[i];
@@ -666,10 +780,23 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
       std::string detail;
       const Verdict v = mc_ ? judgeMemcached(pending[i], (*ss)[i], items[i], mc_now_ms, detail)
                             : judge(pending[i], (*ss)[i], (*ts)[i], detail);
-      if (round == 0 && v != Verdict::SourceGone) ++checked_;
+      if (round == 0 && v != Verdict::SourceGone) {
+        ++checked_;
+        if (first_seen_) {
+          // max_lifetime without a first-seen record: its cap was assumed (docs: verify).
+          const target::KeyPolicy kp = keyPolicy(pending[i]);
+          if (kp.maxLifetimeMs() > 0 &&
+              !first_seen_->find(pending[i].dst_db, pending[i].dst_key).known()) {
+            ++first_seen_unknown_;
+          }
+        }
+      }
       if (v == Verdict::SourceGone) {
         ++source_gone_;
-      } else if (v == Verdict::EndedByMaxTtl || v == Verdict::Refused) {
+      } else if (v == Verdict::EndedByMaxTtl || v == Verdict::Refused || v == Verdict::NotChecked ||
+                 v == Verdict::EndedByPolicy) {
+        // Not differences: no re-read changes what verify can know (a NotChecked key is
+        // counted at once; re-reading every one would stall a large collection).
         report(pending[i], v, detail);
       } else if (v != Verdict::Ok) {
         if (round < opt_.rechecks) {
@@ -714,7 +841,7 @@ net::awaitable<Status> Verifier::countExtra() {
 }
 
 net::awaitable<int> Verifier::run() {
-  if (!policy_.empty()) {
+  if (evidenceNeeded()) {
     // A copy absent on the target is expired only if its last write is over max_ttl ago: the
     // source's idle times tell, as long as verify's reads leave them alone.
     src_->keepIdleTimes();
@@ -760,6 +887,7 @@ net::awaitable<int> Verifier::run() {
     }
   }
   rules_ = {pipe_.filters.strip_ttl, shift_ms_, opt_.ttl_tolerance.count() + grain_ms};
+  loadFirstSeen();  // max_lifetime: read-only, after the clocks (ended lifetimes are dropped)
   auto dbs = co_await src_->keyDbs();
   if (!dbs) {
     std::cerr << "verify: " << dbs.error().message << "\n";
@@ -839,7 +967,17 @@ net::awaitable<int> Verifier::run() {
                         {"skew_shift_ms", shift_ms_},
                         {"examples", examples_}};
     for (const auto& e : expired_examples_) j["examples"].push_back(e);
-    if (!policy_.empty()) {
+    if (policy_.hasPolicies()) {
+      // Only with a collection policy beside max_ttl: the report keeps its shape otherwise.
+      j["ttl_not_checked"] = ttl_not_checked_;
+      j["ended_by_policy"] = ended_by_policy_;
+      for (const auto& e : not_checked_examples_) j["examples"].push_back(e);
+      if (first_seen_) {
+        j["first_seen"] = first_seen_->note();
+        j["first_seen_unknown"] = first_seen_unknown_;
+      }
+    }
+    if (evidenceNeeded()) {
       // What the max_ttl verdicts rest on (only with a max_ttl: the report keeps its shape).
       nlohmann::json m = {{"source_idle_times_kept", src_->idleTimesReset().empty()}};
       if (!src_->idleTimesReset().empty()) m["source_idle_times_reset"] = src_->idleTimesReset();
@@ -897,7 +1035,34 @@ net::awaitable<int> Verifier::run() {
           static_cast<unsigned long long>(ended_by_max_ttl_));
       for (const auto& e : expired_examples_) print(e);
     }
-    if (!policy_.empty() && !src_->idleTimesReset().empty()) {
+    if (policy_.hasPolicies()) {
+      if (ttl_not_checked_ > 0) {
+        std::printf(
+            "verify: %llu key(s) with a deadline not checked: their collection's policy depends on "
+            "the last write kind (an in-place, keep-TTL or deadline-only write keeps or sets "
+            "another deadline than a whole-value write; expiry-semantics.md §8.1): each is within "
+            "the window such a write allows (not differences)\n",
+            static_cast<unsigned long long>(ttl_not_checked_));
+        for (const auto& e : not_checked_examples_) print(e);
+      }
+      if (ended_by_policy_ > 0) {
+        std::printf(
+            "verify: %llu source key(s) absent on the target whose collection policy ended their "
+            "copy (not differences)\n",
+            static_cast<unsigned long long>(ended_by_policy_));
+        if (ended_by_max_ttl_ == 0) {
+          for (const auto& e : expired_examples_) print(e);  // else listed above
+        }
+      }
+      if (first_seen_) {
+        std::printf(
+            "verify: max_lifetime first-seen records: %s; %llu key(s) without one: their "
+            "lifetime cap taken as anything up to now + max_lifetime (their first write may be "
+            "any time before)\n",
+            first_seen_->note().c_str(), static_cast<unsigned long long>(first_seen_unknown_));
+      }
+    }
+    if (evidenceNeeded() && !src_->idleTimesReset().empty()) {
       std::printf(
           "verify: no CLIENT NO-TOUCH on the source (%s): this run reset the idle times of the "
           "source keys it read, so a rerun within max_ttl reports such keys absent on the target "

@@ -23,6 +23,11 @@
 // IDLETIME, read before its value, with CLIENT NO-TOUCH where the server has it) and the
 // pipeline's last full sync (its checkpoint in agent.state_dir) both over max_ttl + tolerance
 // ago (verify_compare.h, judgeAbsence); otherwise it is missing, a difference.
+// A key of a collection with an expiry policy beside max_ttl (default_ttl, ttl_field,
+// expire_at_field, max_lifetime; expiry-semantics.md §8.7) is judged with the agent's own
+// decision (target::decide) on the source's value, max_lifetime's first-seen files read
+// read-only (replicator/first_seen_view.h); a deadline only another write kind than a
+// whole-value one could have left is counted as not checked, not as a difference nor a pass.
 //
 // It is meant for production clusters: SCAN with COUNT, pipelined batches, and a rate limit.
 

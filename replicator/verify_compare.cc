@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <limits>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -83,6 +84,203 @@ AbsenceVerdict judgeAbsence(const AbsenceEvidence& e) {
                             "touched {} s ago and the last full sync ended over {} ago",
                             formatSeconds(e.max_ttl_ms), e.idle_s,
                             formatSeconds(e.since_full_sync_ms / 1000 * 1000))};
+}
+
+namespace {
+
+using target::WriteKind;
+
+constexpr int64_t kLongAgoMs = 1;  // a write "long ago": every relative term of it has passed
+constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+
+/** max_lifetime's first second for a write at `w`: the record's (the latest of two instances'
+ *  for `high`), or without one the latest it can be (`high`: ceil(w / 1000)) or long ago. */
+int64_t firstFor(const PolicyFacts& f, int64_t w, bool high) {
+  if (f.policy.maxLifetimeMs() <= 0) return 0;
+  if (f.first.known()) return high ? f.first.max_s : f.first.min_s;
+  return high ? (w + 999) / 1000 : 1;
+}
+
+target::PolicyDecision decideAt(const PolicyFacts& f, WriteKind kind, int64_t w, bool high) {
+  target::PolicyInput in;
+  in.kind = kind;
+  in.e = f.e;
+  if (kind == WriteKind::WholeValue) in.value = f.value;
+  in.now = w;
+  in.first_seen_s = firstFor(f, w, high);
+  return target::decide(f.policy, in);
+}
+
+PolicyRange rangeOf(const PolicyFacts& f, WriteKind kind) {
+  PolicyRange r;
+  const target::PolicyDecision hi = decideAt(f, kind, f.now, true);
+  r.hi = hi.deadline;
+  r.rule = hi.rule;
+  r.lo = decideAt(f, kind, kLongAgoMs, false).deadline;
+  return r;
+}
+
+bool within(const PolicyRange& r, int64_t target, int64_t tol) {
+  if (r.hi == 0) return target < 0;
+  return target >= 0 && target >= r.lo - tol && target <= r.hi + tol;
+}
+
+std::string describeRange(const PolicyRange& r, int64_t now) {
+  if (r.hi == 0) return fmt::format("none ({})", r.rule);
+  if (r.lo == r.hi) return fmt::format("{} ({})", r.hi, r.rule);
+  if (r.lo > now) return fmt::format("{} to {} ({})", r.lo, r.hi, r.rule);
+  return fmt::format("at most {} ({}, at a write up to now)", r.hi, r.rule);
+}
+
+}  // namespace
+
+std::string describePolicy(const target::KeyPolicy& p) {
+  std::vector<std::string> parts;
+  if (const target::CollectionPolicy* c = p.policy) {
+    if (c->default_ttl_ms > 0) parts.push_back("default_ttl " + formatSeconds(c->default_ttl_ms));
+    if (c->default_ttl_ms == target::CollectionPolicy::kNoDefault)
+      parts.emplace_back("default_ttl -1");
+    if (!c->ttl_field.empty()) parts.push_back(fmt::format("ttl_field {}", quote(c->ttl_field)));
+    if (!c->expire_at_field.empty()) {
+      parts.push_back(fmt::format("expire_at_field {} + expire_after {}", quote(c->expire_at_field),
+                                  formatSeconds(c->expire_after_ms)));
+    }
+    if (c->max_lifetime_ms > 0)
+      parts.push_back("max_lifetime " + formatSeconds(c->max_lifetime_ms));
+  }
+  if (p.max_ttl_ms > 0) parts.push_back("max_ttl " + formatSeconds(p.max_ttl_ms));
+  if (parts.empty()) return "no policy";
+  std::string out;
+  for (const auto& x : parts) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+PolicyRange wholeValueRange(const PolicyFacts& f) {
+  return rangeOf(f, WriteKind::WholeValue);
+}
+
+PolicyJudgement judgePolicyDeadline(const PolicyFacts& f, int64_t target) {
+  PolicyJudgement j;
+  const int64_t tol = f.tolerance_ms;
+  const PolicyRange whole = wholeValueRange(f);
+  j.expected = describeRange(whole, f.now);
+  if (within(whole, target, tol)) return j;
+  const target::CollectionPolicy* pol = f.policy.policy;
+  const std::string policy = describePolicy(f.policy);
+  // A deadline-only write (PEXPIREAT, PERSIST, a RENAME's destination; memcached's touch) reads
+  // no field: it differs from a whole-value write only where a field is read.
+  if (pol != nullptr && pol->reads_value() && f.value) {
+    const PolicyRange d = rangeOf(f, WriteKind::DeadlineOnly);
+    if (within(d, target, tol)) {
+      j.verdict = PolicyVerdict::NotChecked;
+      j.detail = fmt::format(
+          "deadline not checked: policy depends on the last write kind ({}): target {}; a "
+          "whole-value write gives {}, a deadline-only write (PEXPIREAT, PERSIST, RENAME: no "
+          "field read) {}",
+          policy, formatDeadline(target), j.expected, describeRange(d, f.now));
+      return j;
+    }
+  }
+  // Redis, a filling collection: an in-place or keep-TTL write keeps the deadline an earlier
+  // write gave (unknown here); the caps only lower it (§8.1).
+  if (f.in_place_possible && pol != nullptr && pol->fills()) {
+    int64_t caps = 0;
+    auto lower = [&caps](int64_t c) {
+      if (c > 0 && (caps == 0 || c < caps)) caps = c;
+    };
+    if (f.policy.max_ttl_ms > 0) lower(f.now + f.policy.max_ttl_ms);
+    if (pol->max_lifetime_ms > 0) {
+      lower(f.first.known() ? f.first.max_s * 1000 + pol->max_lifetime_ms
+                            : (f.now + 999) / 1000 * 1000 + pol->max_lifetime_ms);
+    }
+    bool none_ok = false;
+    int64_t upper = 0;  // 0: none only; kUnbounded: any deadline
+    std::string accepted;
+    if (f.e != 0) {
+      upper = caps != 0 ? std::min(f.e, caps) : f.e;
+      accepted = fmt::format("a deadline up to {} (E{})", upper, caps != 0 ? " and the caps" : "");
+    } else if (caps != 0) {
+      upper = caps;
+      accepted = fmt::format("a deadline up to {} (the caps)", upper);
+    } else {
+      none_ok = true;
+      if (f.value && pol->reads_value()) {
+        upper = kUnbounded;
+        accepted = "none or any deadline (an older value's field)";
+      } else if (pol->default_ttl_ms > 0) {
+        upper = f.now + pol->default_ttl_ms;
+        accepted = fmt::format("none or a deadline up to {} (now + default_ttl)", upper);
+      } else {
+        accepted = "none";
+      }
+    }
+    const bool ok =
+        target < 0 ? none_ok : upper == kUnbounded || (upper > 0 && target <= upper + tol);
+    if (ok) {
+      j.verdict = PolicyVerdict::NotChecked;
+      j.detail = fmt::format(
+          "deadline not checked: policy depends on the last write kind ({}): target {}; a "
+          "whole-value write gives {}, but an in-place or keep-TTL write (HSET, APPEND, INCR, "
+          "SET KEEPTTL, ...) keeps an earlier write's deadline: accepted {}",
+          policy, formatDeadline(target), j.expected, accepted);
+      return j;
+    }
+  }
+  j.verdict = PolicyVerdict::Mismatch;
+  j.detail = fmt::format("deadline: target {}, expected {} under {}", formatDeadline(target),
+                         j.expected, policy);
+  return j;
+}
+
+AbsenceVerdict judgePolicyAbsence(const PolicyFacts& f, const AbsenceEvidence& e) {
+  const PolicyRange whole = wholeValueRange(f);
+  const std::string policy = describePolicy(f.policy);
+  if (whole.hi == 0) {
+    return {false, fmt::format("absent on the target; under {} its copy has no deadline ({}), so "
+                               "it cannot have expired",
+                               policy, whole.rule)};
+  }
+  if (whole.hi <= f.now) {
+    return {true, fmt::format("absent on the target, as the rules say: {} gives its copy the "
+                              "deadline {}, already past (deleted on arrival, or expired there)",
+                              whole.rule, whole.hi)};
+  }
+  if (e.idle_s < 0) {
+    return {false, fmt::format("absent on the target; whether {} ended its copy cannot be told: "
+                               "the source key's idle time is unreadable ({})",
+                               policy, e.idle_unreadable)};
+  }
+  if (e.since_full_sync_ms < 0) {
+    return {false, fmt::format("absent on the target; the source key was last touched {} s ago, "
+                               "but when the pipeline's last full sync wrote its copy is unknown "
+                               "({}), so its expiry cannot be proved",
+                               e.idle_s, e.full_sync_unknown)};
+  }
+  // Its last write on the target was at the latest `since` ago (+ the tolerance: the pipeline's
+  // lag); the decision is monotone in the write's instant, so a write then gave at most `d`.
+  const int64_t since_touch_ms = std::max<int64_t>(0, e.idle_s * 1000 - 1000);
+  const int64_t since = std::min(since_touch_ms, e.since_full_sync_ms);
+  const int64_t w = f.now - since + e.tolerance_ms;
+  const target::PolicyDecision d = decideAt(f, WriteKind::WholeValue, w, true);
+  const std::string evidence =
+      fmt::format("the source key last touched {} s ago, the last full sync {} ago", e.idle_s,
+                  formatSeconds(e.since_full_sync_ms / 1000 * 1000));
+  if (d.deadline != 0 && d.deadline <= f.now) {
+    const target::CollectionPolicy* pol = f.policy.policy;
+    const bool caveat = f.in_place_possible && pol != nullptr && pol->fills() &&
+                        f.policy.max_ttl_ms == 0 && pol->max_lifetime_ms == 0;
+    return {true,
+            fmt::format("absent on the target, ended by {} ({}): its last write, at the "
+                        "latest {} ago ({}), gave its copy a deadline of at most {}{}",
+                        d.rule, policy, formatSeconds(since / 1000 * 1000), evidence, d.deadline,
+                        caveat ? " (if that write carried its value: an in-place write "
+                                 "leaves no deadline under this policy)"
+                               : "")};
+  }
+  return {false, fmt::format("absent on the target; under {} its copy cannot have expired: a "
+                             "write {} ago gives it the deadline {} ({}) ({})",
+                             policy, formatSeconds(since / 1000 * 1000),
+                             formatDeadline(d.deadline == 0 ? -1 : d.deadline), d.rule, evidence)};
 }
 
 namespace {

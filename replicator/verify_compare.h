@@ -13,9 +13,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/resp_value.h"
+#include "target/expiry_policy.h"
 
 namespace xdcr::replicator::verify {
 
@@ -79,6 +81,72 @@ AbsenceVerdict judgeAbsence(const AbsenceEvidence& e);
 
 /** A duration for a message: "3600 s", "2.5 s". */
 std::string formatSeconds(int64_t ms);
+
+// --- a key whose collection has an expiry policy (expiry-semantics.md §8) ----------------------
+
+/** max_lifetime's first-seen second of a key as STATE_DIR/<instance>.first-seen holds it, read
+ *  read-only; min_s < max_s when two instances' files disagree (a slot moved). 0: no record. */
+struct FirstSeenFact {
+  int64_t min_s = 0, max_s = 0;
+  bool known() const { return min_s > 0; }
+};
+
+/** What verify knows about a key whose collection has a policy beside max_ttl. */
+struct PolicyFacts {
+  target::KeyPolicy policy;  // M and the collection's policies (MaxTtlPolicy::resolve)
+  int64_t e = 0;             // the source deadline in the target's clock (strip_ttl, shift); 0 none
+  std::optional<std::string_view> value;  // the source's value when it is a string
+  bool in_place_possible = true;          // Redis; memcached deletes the key on in-place writes
+  FirstSeenFact first;
+  int64_t now = 0;  // the target's clock now
+  int64_t tolerance_ms = 1000;
+};
+
+/**
+ * What target::decide gives a whole-value write of the source's current value and deadline
+ * made at some instant w up to `now` (the instant is unknown; the decision is monotone in w):
+ * lo at a write long ago, hi at a write now. Both 0: no deadline. With max_lifetime and no
+ * first-seen record, the first second is anything up to now (hi: now, lo: long ago).
+ */
+struct PolicyRange {
+  int64_t lo = 0, hi = 0;
+  std::string rule;  // the rule that gives hi ("default_ttl", "ttl_field", "E", ...)
+};
+PolicyRange wholeValueRange(const PolicyFacts& f);
+
+enum class PolicyVerdict {
+  Ok,          // the deadline a whole-value write gives (within the tolerance)
+  NotChecked,  // not that, but one another write kind could have left (§8.1): counted apart
+  Mismatch,    // no write kind gives it
+};
+
+struct PolicyJudgement {
+  PolicyVerdict verdict = PolicyVerdict::Ok;
+  std::string expected;  // "1700000060000 (ttl_field)", "at most 1700003600000 (default_ttl...)"
+  std::string detail;    // NotChecked and Mismatch: a sentence for the report
+};
+
+/**
+ * The target deadline `target` (-1 none) of a key under a policy: Ok when a whole-value write
+ * gives it (wholeValueRange, within the tolerance); NotChecked when only another write kind
+ * could have left it — a deadline-only write (no field read), or on Redis in a filling
+ * collection an in-place or keep-TTL write (the deadline of an earlier write stays; the caps
+ * only lower it): at most E, else at most the caps, else (no cap) none or at most now +
+ * default_ttl (a string under ttl_field / expire_at_field: any, an older value's field);
+ * Mismatch otherwise.
+ */
+PolicyJudgement judgePolicyDeadline(const PolicyFacts& f, int64_t target);
+
+/**
+ * A key absent on the target under a policy: expired when the deadline a whole-value write
+ * gives has passed (expired on arrival), or when the evidence (`e`: the source key's idle time,
+ * the last full sync; e.max_ttl_ms unused) bounds its last write early enough that the deadline
+ * a write then gave has passed; missing otherwise.
+ */
+AbsenceVerdict judgePolicyAbsence(const PolicyFacts& f, const AbsenceEvidence& e);
+
+/** "default_ttl 3600 s", "ttl_field \"ttl\" (default_ttl -1)", "max_lifetime 90 d", ... */
+std::string describePolicy(const target::KeyPolicy& p);
 
 // --- hash-field deadlines ----------------------------------------------------------------------
 

@@ -364,5 +364,144 @@ TEST(MemcachedExpectationTest, RefusedKeysAreNamedByTheirReason) {
   EXPECT_EQ(expectOnMemcached(t).kind, McExpectation::Kind::Written);
 }
 
+// --- collection policies (expiry-semantics.md §8): target::decide at an unknown past write ----
+
+constexpr int64_t kPNow = 1'000'000'000'000;  // the target's clock
+constexpr int64_t kH = 3'600'000;
+
+PolicyFacts facts(const target::CollectionPolicy* pol, int64_t e = 0,
+                  std::optional<std::string_view> value = std::nullopt) {
+  PolicyFacts f;
+  f.policy.policy = pol;
+  f.e = e;
+  f.value = value;
+  f.now = kPNow;
+  f.tolerance_ms = 1000;
+  return f;
+}
+
+TEST(PolicyDeadline, DefaultTtlFillsOnlyADocumentWithoutADeadline) {
+  target::CollectionPolicy pol;
+  pol.default_ttl_ms = kH;
+  PolicyFacts f = facts(&pol);
+  // Written some time up to now: anything up to now + 1 h.
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + kH - 5000).verdict, PolicyVerdict::Ok);
+  const PolicyJudgement far = judgePolicyDeadline(f, kPNow + 240 * kH);
+  EXPECT_EQ(far.verdict, PolicyVerdict::Mismatch);
+  EXPECT_NE(far.detail.find("default_ttl 3600 s"), std::string::npos) << far.detail;
+  // No deadline: what an HSET-created key keeps (P-7) on Redis; never on memcached.
+  const PolicyJudgement none = judgePolicyDeadline(f, -1);
+  EXPECT_EQ(none.verdict, PolicyVerdict::NotChecked);
+  EXPECT_NE(none.detail.find("policy depends on the last write kind"), std::string::npos);
+  f.in_place_possible = false;
+  EXPECT_EQ(judgePolicyDeadline(f, -1).verdict, PolicyVerdict::Mismatch);
+  // A source deadline: exactly E (a default never caps, P-2), at most E whatever the write.
+  f = facts(&pol, kPNow + 5 * kH);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 5 * kH + 300).verdict, PolicyVerdict::Ok);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 4 * kH).verdict, PolicyVerdict::NotChecked);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 29 * kH).verdict, PolicyVerdict::Mismatch);
+  EXPECT_EQ(judgePolicyDeadline(f, -1).verdict, PolicyVerdict::Mismatch);
+}
+
+TEST(PolicyDeadline, TtlFieldIsReadFromTheSourceValue) {
+  target::CollectionPolicy pol;
+  pol.default_ttl_ms = target::CollectionPolicy::kNoDefault;
+  pol.ttl_field = "ttl";
+  const std::string v60 = R"({"ttl":60})";
+  PolicyFacts f = facts(&pol, 0, v60);
+  EXPECT_EQ(wholeValueRange(f).hi, kPNow + 60'000);
+  EXPECT_EQ(wholeValueRange(f).rule, "ttl_field");
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 59'000).verdict, PolicyVerdict::Ok);
+  // Later than the field allows: on Redis an older value's field may have set it (an in-place
+  // write keeps it), so it is not checked; on memcached no write kind gives it.
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + kH).verdict, PolicyVerdict::NotChecked);
+  f.in_place_possible = false;
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + kH).verdict, PolicyVerdict::Mismatch);
+  // P-17: the field lowers E; later than E is no write's.
+  f = facts(&pol, kPNow + 600'000, v60);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 60'000).verdict, PolicyVerdict::Ok);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 600'000).verdict, PolicyVerdict::NotChecked);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 600'000 + 24 * kH).verdict, PolicyVerdict::Mismatch);
+  // -1: never.
+  const std::string never = R"({"ttl":-1})";
+  f = facts(&pol, 0, never);
+  EXPECT_EQ(judgePolicyDeadline(f, -1).verdict, PolicyVerdict::Ok);
+}
+
+TEST(PolicyDeadline, ExpireAtFieldIsExact) {
+  target::CollectionPolicy pol;
+  pol.expire_at_field = "expireAt";
+  const std::string v = R"({"expireAt":1000000300})";  // kPNow + 300 s
+  PolicyFacts f = facts(&pol, 0, v);
+  const PolicyRange r = wholeValueRange(f);
+  EXPECT_EQ(r.lo, kPNow + 300'000);
+  EXPECT_EQ(r.hi, kPNow + 300'000);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 300'400).verdict, PolicyVerdict::Ok);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 200'000).verdict, PolicyVerdict::NotChecked);
+  f.in_place_possible = false;
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 200'000).verdict, PolicyVerdict::Mismatch);
+  // A date past: expired on arrival, absent is right without any evidence (P-29).
+  const std::string past = R"({"expireAt":999999990})";
+  f = facts(&pol, 0, past);
+  EXPECT_TRUE(judgePolicyAbsence(f, AbsenceEvidence{}).expired);
+}
+
+TEST(PolicyDeadline, MaxLifetimeUsesTheFirstSeenRecordOrAssumesAnyUpToNow) {
+  target::CollectionPolicy pol;
+  pol.max_lifetime_ms = kH;
+  PolicyFacts f = facts(&pol);
+  f.first = {kPNow / 1000 - 600, kPNow / 1000 - 600};  // first written 10 min ago
+  const int64_t cap = kPNow - 600'000 + kH;
+  EXPECT_EQ(wholeValueRange(f).lo, cap);
+  EXPECT_EQ(wholeValueRange(f).hi, cap);
+  EXPECT_EQ(judgePolicyDeadline(f, cap).verdict, PolicyVerdict::Ok);
+  // A new lifetime (now + 1 h) is not what the record says, and no write kind gives it.
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + kH).verdict, PolicyVerdict::Mismatch);
+  // No record: any cap up to now + 1 h.
+  f.first = {};
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + kH - 10'000).verdict, PolicyVerdict::Ok);
+  EXPECT_EQ(judgePolicyDeadline(f, kPNow + 2 * kH).verdict, PolicyVerdict::Mismatch);
+  EXPECT_EQ(judgePolicyDeadline(f, -1).verdict, PolicyVerdict::Mismatch);
+}
+
+TEST(PolicyDeadline, AbsenceIsProvedByTheLastWriteBound) {
+  target::CollectionPolicy pol;
+  pol.default_ttl_ms = kH;
+  const PolicyFacts f = facts(&pol);
+  AbsenceEvidence e;
+  e.tolerance_ms = 1000;
+  e.idle_s = 4000;  // over 1 h + the tolerance
+  e.since_full_sync_ms = 5'000'000;
+  AbsenceVerdict a = judgePolicyAbsence(f, e);
+  EXPECT_TRUE(a.expired) << a.detail;
+  EXPECT_NE(a.detail.find("default_ttl"), std::string::npos) << a.detail;
+  e.idle_s = 10;
+  a = judgePolicyAbsence(f, e);
+  EXPECT_FALSE(a.expired);
+  EXPECT_NE(a.detail.find("cannot have expired"), std::string::npos) << a.detail;
+  e.idle_s = -1;
+  e.idle_unreadable = "NOPERM";
+  EXPECT_FALSE(judgePolicyAbsence(f, e).expired);
+  // A cap from a known first write 59 min ago: a write 10 s ago gives at most that cap.
+  target::CollectionPolicy life;
+  life.max_lifetime_ms = kH;
+  PolicyFacts g = facts(&life);
+  g.first = {kPNow / 1000 - 3590, kPNow / 1000 - 3590};
+  e.idle_s = 10;
+  EXPECT_FALSE(judgePolicyAbsence(g, e).expired);  // its cap is 10 s away
+  g.first = {};
+  EXPECT_FALSE(judgePolicyAbsence(g, e).expired);
+}
+
+TEST(PolicyDeadline, DescribePolicy) {
+  target::CollectionPolicy pol;
+  pol.default_ttl_ms = target::CollectionPolicy::kNoDefault;
+  pol.ttl_field = "ttl";
+  pol.max_lifetime_ms = 20'000;
+  target::KeyPolicy kp{600'000, &pol};
+  EXPECT_EQ(describePolicy(kp),
+            "default_ttl -1, ttl_field \"ttl\", max_lifetime 20 s, max_ttl 600 s");
+}
+
 }  // namespace
 }  // namespace xdcr::replicator::verify
