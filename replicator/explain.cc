@@ -22,6 +22,7 @@
 #include "filters/key_space.h"
 #include "replicator/admin_server.h"
 #include "replicator/checkpoint.h"
+#include "replicator/first_seen_view.h"
 #include "replicator/one_shot.h"
 #include "replicator/verify_compare.h"
 #include "replicator/verify_side.h"
@@ -258,6 +259,10 @@ class Explainer {
   /** Step 4: the target's copy against the rules, and the reasons for what is seen. */
   void judgeTarget();
   void printTable() const;
+  /** The key's collection policies (M alone without any beside max_ttl). */
+  target::KeyPolicy keyPolicy() const;
+  /** What target::decide needs, as explain knows it (the source's value, first-seen). */
+  verify::PolicyFacts policyFacts(int64_t e) const;
 
   const config::Config& cfg_;
   const config::PipelineConfig& pipe_;
@@ -299,6 +304,14 @@ class Explainer {
   bool clamped_ = false;
   bool expired_on_arrival_ = false;
   std::string deadline_rule_;
+  // A collection policy beside max_ttl (expiry-semantics.md §8): which, what was read.
+  target::KeyPolicy key_policy_;
+  std::string policies_;     // describePolicy()
+  std::string policy_rule_;  // target::decide's rule ("ttl_field", "default_ttl", ...)
+  std::string fields_read_;  // "ttl = 60", "no field \"ttl\" in the value", ...
+  std::string first_seen_;   // max_lifetime: the record used, or why none
+  std::optional<FirstSeenView> first_seen_view_;
+  bool value_for_policy_ = false;  // the source value was read for its fields (idle time reset)
   // Step 4.
   std::string verdict_;
   bool matches_ = false;
@@ -421,6 +434,67 @@ void Explainer::judgeWrite() {
   // The applier: the source deadline translated into the target's clock, then the clamp
   // against the target's now (expiry-semantics.md §4, §7).
   const int64_t e = replicated_ms_ == 0 ? 0 : replicated_ms_ + shift_ms_;
+  key_policy_ = keyPolicy();
+  if (key_policy_.any()) {
+    // The collection's policy: the agent's own decision (target::decide) for a whole-value
+    // write of the source's value now, the first-seen record as the state dir holds it.
+    const target::CollectionPolicy& pol = *key_policy_.policy;
+    policies_ = verify::describePolicy(key_policy_);
+    const verify::PolicyFacts f = policyFacts(e);
+    const verify::PolicyRange r = verify::wholeValueRange(f);
+    would_write_ms_ = r.hi;
+    policy_rule_ = r.rule;
+    clamped_ = would_write_ms_ != e && (r.rule == "max_ttl" || r.rule == "max_lifetime");
+    expired_on_arrival_ = would_write_ms_ != 0 && would_write_ms_ <= target_now_ms_;
+    if (pol.reads_value()) {
+      const std::string& field = pol.ttl_field.empty() ? pol.expire_at_field : pol.ttl_field;
+      if (!f.value) {
+        fields_read_ =
+            src_key_.type == "string"
+                ? fmt::format("field {} not read: the value could not be read", quote(field))
+                : fmt::format(
+                      "no field {}: a {} carries none (only a string's JSON "
+                      "value does)",
+                      quote(field), src_key_.type);
+      } else if (!pol.ttl_field.empty()) {
+        const target::TtlField t = target::readTtlField(*f.value, field);
+        fields_read_ = t.kind == target::TtlField::Kind::Seconds
+                           ? fmt::format("{} = {}", field, t.seconds)
+                       : t.kind == target::TtlField::Kind::Never
+                           ? fmt::format("{} = -1 (never)", field)
+                           : fmt::format(
+                                 "no valid {} in the value (absent, not a JSON object, or not a "
+                                 "positive integer or -1): no field",
+                                 quote(field));
+      } else if (auto at = target::readExpireAt(*f.value, field)) {
+        fields_read_ = fmt::format("{} = {} ({})", field, *at, isoDate(*at));
+      } else {
+        fields_read_ = fmt::format(
+            "no valid date {} in the value (absent, not a JSON object, or neither an ISO-8601 "
+            "date nor Unix seconds): no field",
+            quote(field));
+      }
+    }
+    if (pol.max_lifetime_ms > 0) {
+      const std::string from =
+          first_seen_view_ ? first_seen_view_->note() : std::string("not read");
+      if (f.first.known()) {
+        first_seen_ = fmt::format("first write at {} ({}){}; {}", f.first.max_s,
+                                  isoDate(f.first.max_s * 1000),
+                                  f.first.min_s != f.first.max_s
+                                      ? fmt::format(" (instances disagree: also {})", f.first.min_s)
+                                      : "",
+                                  from);
+      } else {
+        first_seen_ = fmt::format(
+            "unknown: no record of the key ({}); a write now records {} and caps it there, an "
+            "earlier first write (its record forgotten) would cap it earlier",
+            from, (target_now_ms_ + 999) / 1000);
+      }
+    }
+    deadline_rule_ = fmt::format("{} ({})", policy_rule_, policies_);
+    return;
+  }
   would_write_ms_ = target::clampDeadline(e, max_ttl_ms_, target_now_ms_);
   clamped_ = would_write_ms_ != e;
   expired_on_arrival_ = would_write_ms_ != 0 && would_write_ms_ <= target_now_ms_;
@@ -434,6 +508,29 @@ void Explainer::judgeWrite() {
     deadline_rule_ = clamped_ ? fmt::format("now + max_ttl {} (earlier than E)", m)
                               : fmt::format("E (earlier than now + max_ttl {})", m);
   }
+}
+
+target::KeyPolicy Explainer::keyPolicy() const {
+  if (policy_.hasPolicies()) return policy_.resolve(target_db_, target_key_);
+  target::KeyPolicy kp;
+  kp.max_ttl_ms = max_ttl_ms_;
+  return kp;
+}
+
+verify::PolicyFacts Explainer::policyFacts(int64_t e) const {
+  verify::PolicyFacts f;
+  f.policy = key_policy_;
+  f.e = e;
+  if (src_key_.type == "string" && src_key_.value_read &&
+      src_key_.value.type == resp::ReplyType::Bulk) {
+    f.value = src_key_.value.str;
+  }
+  if (key_policy_.maxLifetimeMs() > 0 && first_seen_view_) {
+    f.first = first_seen_view_->find(target_db_, target_key_);
+  }
+  f.now = target_now_ms_;
+  f.tolerance_ms = opt_.ttl_tolerance.count();
+  return f;
 }
 
 void Explainer::judgeTarget() {
@@ -504,8 +601,14 @@ void Explainer::judgeTarget() {
     const bool type_ok = dst_key_.type == src_key_.type;
     const bool value_ok =
         !src_key_.value_read || !dst_key_.value_read || src_key_.value == dst_key_.value;
+    std::optional<verify::PolicyJudgement> pj;
+    if (key_policy_.any()) {
+      const int64_t e = replicated_ms_ == 0 ? 0 : replicated_ms_ + shift_ms_;
+      pj = verify::judgePolicyDeadline(policyFacts(e), dst_key_.deadline);
+    }
     const bool deadline_ok =
-        rules.allows(src_key_.deadline, dst_key_.deadline, max_ttl_ms_, target_now_ms_);
+        pj ? pj->verdict != verify::PolicyVerdict::Mismatch
+           : rules.allows(src_key_.deadline, dst_key_.deadline, max_ttl_ms_, target_now_ms_);
     matches_ = type_ok && value_ok && deadline_ok;
     if (!type_ok) {
       target_detail_ =
@@ -514,6 +617,11 @@ void Explainer::judgeTarget() {
       target_detail_ = fmt::format("{} differs: source {}, target {}",
                                    src_key_.type == "string" ? "the value" : "the element count",
                                    src_key_.value.describe(), dst_key_.value.describe());
+    } else if (pj && pj->verdict != verify::PolicyVerdict::Ok) {
+      // Mismatch, or not checked: the policy depends on the last write kind (§8.1).
+      target_detail_ = pj->detail;
+    } else if (pj) {
+      target_detail_ = fmt::format("matches: the deadline {} gives ({})", policies_, pj->expected);
     } else if (!deadline_ok) {
       target_detail_ = fmt::format(
           "its deadline {} is not one the rules allow (expected {}{})",
@@ -535,6 +643,9 @@ void Explainer::judgeTarget() {
       }
     }
     verdict_ = matches_ ? "in_sync" : "differs";
+    if (matches_ && pj && pj->verdict == verify::PolicyVerdict::NotChecked) {
+      verdict_ = "deadline_not_checked";
+    }
     if (!matches_) {
       agentReasons();
       if (reasons_.empty() || !agent_.available) {
@@ -556,7 +667,27 @@ void Explainer::judgeTarget() {
         when(would_write_ms_, target_now_ms_)));
     return;
   }
-  if (max_ttl_ms_ > 0) {
+  if (key_policy_.any()) {
+    verify::AbsenceEvidence e;
+    e.tolerance_ms = tol;
+    e.idle_s = src_key_.idle_s;
+    e.idle_unreadable = src_key_.idle_error;
+    auto bound = lastFullSyncBoundMs(cfg_.agent.state_dir, pipe_.name);
+    if (bound) {
+      e.since_full_sync_ms = std::max<int64_t>(0, local_now_ms_ - *bound);
+    } else {
+      e.full_sync_unknown = bound.error().message;
+    }
+    const int64_t rep_e = replicated_ms_ == 0 ? 0 : replicated_ms_ + shift_ms_;
+    const verify::AbsenceVerdict a = verify::judgePolicyAbsence(policyFacts(rep_e), e);
+    if (a.expired) {
+      verdict_ = "ended_by_policy";
+      reasons_.push_back(a.detail +
+                         "; the next write of the key on the source replicates it again");
+      return;
+    }
+    reasons_.push_back("not ended by the collection's policy: " + a.detail);
+  } else if (max_ttl_ms_ > 0) {
     verify::AbsenceEvidence e;
     e.max_ttl_ms = max_ttl_ms_;
     e.tolerance_ms = tol;
@@ -629,8 +760,19 @@ net::awaitable<int> Explainer::run() {
               << opt_.db << "\n";
     co_return 2;
   }
+  // A collection policy that reads a field of the value (ttl_field, expire_at_field) needs it,
+  // even without NO-TOUCH: the idle time is read first, so this run's evidence stays intact.
+  bool policy_reads = false;
+  if (policy_.hasPolicies() && keys_->mapDb(opt_.db) >= 0) {
+    auto [prefix, rest] = keys_->rewrite(opt_.key);
+    const target::KeyPolicy kp =
+        policy_.resolve(keys_->mapDb(opt_.db), std::string(prefix) + std::string(rest));
+    policy_reads = kp.policy != nullptr && kp.policy->reads_value();
+  }
+  value_for_policy_ = policy_reads && !src_->idleTimesReset().empty();
   // The source: NO-TOUCH makes the value read harmless; without it only the first reads.
-  auto s = co_await readKey(*src_, opt_.db, opt_.key, true, src_->idleTimesReset().empty());
+  auto s = co_await readKey(*src_, opt_.db, opt_.key, true,
+                            src_->idleTimesReset().empty() || policy_reads);
   if (!s) {
     std::cerr << "explain: " << s.error().message << "\n";
     co_return 2;
@@ -639,6 +781,11 @@ net::awaitable<int> Explainer::run() {
   local_now_ms_ = localNowMs();
   source_now_ms_ = local_now_ms_ + source_offset_ms_;
   target_now_ms_ = local_now_ms_ + target_offset_ms_;
+  if (policy_.maxLifetimeMs() > 0) {
+    // max_lifetime: the first-seen records, read-only (never written by explain).
+    first_seen_view_ = FirstSeenView::load(cfg_.agent.state_dir, pipe_.name,
+                                           policy_.maxLifetimeMs(), target_now_ms_);
+  }
 
   judgeKeySpace();
   judgeWrite();
@@ -702,6 +849,16 @@ net::awaitable<int> Explainer::run() {
                      {"expired_on_arrival", expired_on_arrival_},
                      {"rule", deadline_rule_}};
     if (!clock_note_.empty()) j["deadline"]["clock_note"] = clock_note_;
+    if (key_policy_.any()) {
+      // Only under a collection policy beside max_ttl: the report keeps its shape otherwise.
+      j["policy"] = {{"collection", collection_},
+                     {"policies", policies_},
+                     {"applied", policy_rule_},
+                     {"fields_read", fields_read_},
+                     {"first_seen", first_seen_},
+                     {"deadline_ms", would_write_ms_},
+                     {"value_read_for_fields", value_for_policy_}};
+    }
     j["on_target"] = {{"read", dst_read_},
                       {"exists", dst_key_.exists()},
                       {"type", dst_key_.type},
@@ -762,6 +919,16 @@ void Explainer::printTable() const {
     d += pipe_.filters.strip_ttl ? "; strip_ttl: E = none" : "; strip_ttl off";
     if (shift_ms_ != 0) d += fmt::format("; compensation {:+} ms ({})", shift_ms_, shift_from_);
     line("deadline", d);
+    if (key_policy_.any()) {
+      std::string p = policies_ + ": applied " + policy_rule_;
+      if (!fields_read_.empty()) p += "; " + fields_read_;
+      if (!first_seen_.empty()) p += "; max_lifetime first-seen: " + first_seen_;
+      if (value_for_policy_) {
+        p += "; the source value was read for its fields without CLIENT NO-TOUCH: its idle time "
+             "is reset";
+      }
+      line("policy", p);
+    }
     line("", fmt::format("written now: {} = {}{}", deadline_rule_,
                          when(would_write_ms_, target_now_ms_),
                          expired_on_arrival_ ? ": EXPIRED ON ARRIVAL (sent as DEL)" : ""));

@@ -14,6 +14,8 @@
 //  3. the deadline written now (target::clampDeadline, expiry-semantics.md §4, in the target's
 //     clock, after the §7 compensation the running agent applies or, without one, the one
 //     verify would expect); expired on arrival when it has passed;
+//     under a collection policy beside max_ttl, target::decide on the source's value (the
+//     field read is printed) and max_lifetime's first-seen record (read-only), as verify;
 //  4. what the target holds and whether the rules allow it (verify::DeadlineRules::allows); if
 //     the key is absent, the likely reasons in order: filtered, expired by its clamped deadline
 //     (verify::judgeAbsence: the source key's idle time and the last full sync), the pipeline
