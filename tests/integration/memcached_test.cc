@@ -71,6 +71,17 @@ class MemcachedTest : public ::testing::Test {
   /** Writes `fence` on the source and waits until memcached has it: everything the source took
    *  before it has been applied (one pipelined connection, in order). */
   void fence(const std::string& fence) {
+    // A fence written before the full sync's fork is a snapshot key, written in the RDB's order
+    // (not the source's): it would not show the rest of the snapshot written. So only once the
+    // agent streams.
+    ASSERT_TRUE(waitUntil(
+                    [&] {
+                      return agent_->logText().find("streaming from") != std::string::npos ||
+                             !agent_->running();
+                    },
+                    kTimeout, 20ms) &&
+                agent_->running())
+        << "the agent is not streaming; " << agent_->describeState();
     RespClient src = source_.client();
     src.command({"SET", fence, "1"});
     ASSERT_TRUE(

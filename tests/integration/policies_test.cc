@@ -216,6 +216,11 @@ TEST(PoliciesMemcached, FieldsDatesAndLifetime) {
   auto agent = std::make_unique<AgentProcess>(config, dir.file("agent.log"));
   RespClient src = source.client();
   auto fence = [&](const std::string& key) {
+    // Only once the agent streams: a fence written before the full sync's fork would be a
+    // snapshot key, written in the RDB's order, proving nothing about the keys before it.
+    ASSERT_TRUE(waitUntil(
+        [&] { return agent->logText().find("streaming from") != std::string::npos; }, 30s, 20ms))
+        << agent->logTail();
     src.command({"SET", key, "1"});
     ASSERT_TRUE(waitUntil([&] { return mc.get(key).present; }, 30s, 20ms)) << agent->logTail();
   };
