@@ -25,6 +25,7 @@ MemcachedWriter::MemcachedWriter(net::any_io_executor ex, const config::ClusterC
       clock_(clock),
       conn_(ex, std::move(label)),
       stats_(stats),
+      ledger_(clock, stats.apply_latency),
       writer_wake_(ex),
       progress_(ex) {}
 
@@ -88,36 +89,13 @@ net::awaitable<Status> MemcachedWriter::connect() {
 }
 
 void MemcachedWriter::commit(uint64_t source_offset) {
-  if (uncommitted_ > 0) {
-    if (sent_seq_ == replied_seq_) last_reply_ = clock_.monotonicNow();
-    sent_seq_ += uncommitted_;
-    uncommitted_ = 0;
-    writer_wake_.notify();
-  }
-  if (sent_seq_ == replied_seq_) {
-    acked_offset_ = source_offset;
-    return;
-  }
-  if (!marks_.empty() && marks_.back().seq == sent_seq_) {
-    marks_.back().offset = source_offset;
-  } else {
-    marks_.push_back(Mark{sent_seq_, source_offset, clock_.monotonicNow()});
-  }
+  ledger_.commit(uncommitted_, source_offset);
+  if (uncommitted_ > 0) writer_wake_.notify();
+  uncommitted_ = 0;
 }
 
 void MemcachedWriter::resetOffset(uint64_t source_offset) {
-  marks_.clear();
-  acked_offset_ = source_offset;
-}
-
-void MemcachedWriter::reachMarks() {
-  if (marks_.empty() || marks_.front().seq > replied_seq_) return;
-  const auto now = clock_.monotonicNow();
-  while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
-    acked_offset_ = marks_.front().offset;
-    stats_.apply_latency.observe(std::chrono::duration<double>(now - marks_.front().at).count());
-    marks_.pop_front();
-  }
+  ledger_.reset(source_offset);
 }
 
 net::awaitable<Status> MemcachedWriter::runWriter() {
@@ -147,7 +125,7 @@ net::awaitable<Status> MemcachedWriter::runReader() {
       }
       if (*n == 0) break;
       buf.consume(*n);
-      if (replied_seq_ == sent_seq_ || ops_.empty()) {
+      if (ledger_.drained() || ops_.empty()) {
         co_return fail(Error::protocol(
             fmt::format("{}: a reply nothing was sent for ({})", conn_.label(), reply.text)));
       }
@@ -174,17 +152,16 @@ net::awaitable<Status> MemcachedWriter::runReader() {
             break;
         }
       }
-      if (!expects_.empty() && expects_.front().seq == replied_seq_ + 1) {
+      if (!expects_.empty() && expects_.front().seq == ledger_.replied() + 1) {
         Expect e = std::move(expects_.front());
         expects_.pop_front();
         if (auto s = e.fn(reply); !s) co_return s;
       }
-      ++replied_seq_;
+      ledger_.answered();
       progressed = true;
-      reachMarks();
     }
     if (progressed) {
-      last_reply_ = clock_.monotonicNow();
+      ledger_.progressed();
       progress_.notify();
     }
     auto r = co_await conn_.readSome();
@@ -218,8 +195,7 @@ Status MemcachedWriter::onReplyError(Op op, const mc::Reply& reply) {
 }
 
 double MemcachedWriter::stalledSeconds() const {
-  if (sent_seq_ == replied_seq_) return 0;
-  return std::chrono::duration<double>(clock_.monotonicNow() - last_reply_).count();
+  return ledger_.stalledSeconds();
 }
 
 }  // namespace xdcr::target

@@ -34,6 +34,7 @@
 #include "common/redis_conn.h"
 #include "common/stats.h"
 #include "config/config.h"
+#include "target/ack_ledger.h"
 #include "target/memcached_encoder.h"
 
 namespace xdcr::target {
@@ -69,12 +70,12 @@ class MemcachedWriter {
   net::awaitable<Status> runWriter();
   net::awaitable<Status> runReader();
 
-  uint64_t ackedOffset() const { return acked_offset_; }
-  uint64_t committedCommands() const { return sent_seq_; }
-  uint64_t answeredCommands() const { return replied_seq_; }
-  uint64_t inflightCommands() const { return sent_seq_ - replied_seq_; }
+  uint64_t ackedOffset() const { return ledger_.acked(); }
+  uint64_t committedCommands() const { return ledger_.sent(); }
+  uint64_t answeredCommands() const { return ledger_.replied(); }
+  uint64_t inflightCommands() const { return ledger_.inflight(); }
   size_t pendingBytes() const { return pending_.size() + writing_.size(); }
-  bool drained() const { return sent_seq_ == replied_seq_ && pending_.empty(); }
+  bool drained() const { return ledger_.drained() && pending_.empty(); }
   net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) {
     co_await progress_.waitFor(d);
   }
@@ -102,7 +103,6 @@ class MemcachedWriter {
 
  private:
   Status onReplyError(Op op, const mc::Reply& reply);
-  void reachMarks();
 
   const config::ClusterConfig& cluster_;
   const clock::Clock& clock_;
@@ -112,26 +112,17 @@ class MemcachedWriter {
   std::string writing_;
   std::deque<Op> ops_;  // of every command not yet answered, in order
   uint64_t uncommitted_ = 0;
-  uint64_t sent_seq_ = 0;
-  uint64_t replied_seq_ = 0;
-  struct Mark {
-    uint64_t seq;
-    uint64_t offset;
-    std::chrono::steady_clock::time_point at;
-  };
-  std::deque<Mark> marks_;
+  AckLedger ledger_;  // commands committed and answered; the acknowledged offset
   struct Expect {
     uint64_t seq;
     ReplyFn fn;
   };
   std::deque<Expect> expects_;
-  uint64_t acked_offset_ = 0;
   uint64_t item_size_max_ = 1 << 20;
   std::string version_;
   Notify writer_wake_;
   Notify progress_;
   bool closing_ = false;
-  std::chrono::steady_clock::time_point last_reply_{};
   LogRateLimiter error_log_;
 };
 

@@ -28,6 +28,7 @@ RedisTarget::RedisTarget(net::any_io_executor ex, const config::ClusterConfig& c
       clock_(clock),
       conn_(ex, std::move(label)),
       stats_(stats),
+      ledger_(clock, stats.apply_latency),
       writer_wake_(ex),
       progress_(ex) {}
 
@@ -95,36 +96,12 @@ net::awaitable<Status> RedisTarget::connect() {
 }
 
 void RedisTarget::commit(size_t commands, uint64_t source_offset) {
-  if (commands > 0) {
-    if (sent_seq_ == replied_seq_) last_reply_ = clock_.monotonicNow();
-    sent_seq_ += commands;
-    writer_wake_.notify();
-  }
-  if (sent_seq_ == replied_seq_) {
-    // Nothing in flight: entries without target commands (ping, filtered keys) are applied now.
-    acked_offset_ = source_offset;
-    return;
-  }
-  if (!marks_.empty() && marks_.back().seq == sent_seq_) {
-    marks_.back().offset = source_offset;
-  } else {
-    marks_.push_back(Mark{sent_seq_, source_offset, clock_.monotonicNow()});
-  }
-}
-
-void RedisTarget::reachMarks() {
-  if (marks_.empty() || marks_.front().seq > replied_seq_) return;
-  const auto now = clock_.monotonicNow();
-  while (!marks_.empty() && marks_.front().seq <= replied_seq_) {
-    acked_offset_ = marks_.front().offset;
-    stats_.apply_latency.observe(std::chrono::duration<double>(now - marks_.front().at).count());
-    marks_.pop_front();
-  }
+  ledger_.commit(commands, source_offset);
+  if (commands > 0) writer_wake_.notify();
 }
 
 void RedisTarget::resetOffset(uint64_t source_offset) {
-  marks_.clear();
-  acked_offset_ = source_offset;
+  ledger_.reset(source_offset);
 }
 
 net::awaitable<Status> RedisTarget::runWriter() {
@@ -158,21 +135,20 @@ net::awaitable<Status> RedisTarget::runReader() {
             Error::protocol(fmt::format("{}: malformed reply: {}", conn_.label(), pr.error)));
       }
       buf.consume(pr.consumed);
-      if (replied_seq_ == sent_seq_) {
+      if (ledger_.drained()) {
         co_return fail(
             Error::protocol(fmt::format("{}: unexpected reply \"{}\"", conn_.label(), info.text)));
       }
       if (info.has_error) {
         if (auto s = onReplyError(info.text); !s) co_return s;
       }
-      if (!expects_.empty() && expects_.front().seq == replied_seq_ + 1) {
+      if (!expects_.empty() && expects_.front().seq == ledger_.replied() + 1) {
         Expect e = std::move(expects_.front());
         expects_.pop_front();
         if (e.check) {
           if (auto s = e.check(info); !s) co_return s;
-          ++replied_seq_;
+          ledger_.answered();
           progressed = true;
-          reachMarks();
           continue;
         }
         const bool null = info.type == resp::ReplyType::Null;
@@ -183,12 +159,11 @@ net::awaitable<Status> RedisTarget::runReader() {
           }
         }
       }
-      ++replied_seq_;
+      ledger_.answered();
       progressed = true;
-      reachMarks();
     }
     if (progressed) {
-      last_reply_ = clock_.monotonicNow();
+      ledger_.progressed();
       progress_.notify();
     }
     auto r = co_await conn_.readSome();
@@ -226,8 +201,7 @@ void RedisTarget::onReply(uint64_t seq, ReplyFn check) {
 }
 
 double RedisTarget::stalledSeconds() const {
-  if (sent_seq_ == replied_seq_) return 0;
-  return std::chrono::duration<double>(clock_.monotonicNow() - last_reply_).count();
+  return ledger_.stalledSeconds();
 }
 
 }  // namespace xdcr::target

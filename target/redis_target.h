@@ -34,6 +34,7 @@
 #include "common/server_info.h"
 #include "common/stats.h"
 #include "config/config.h"
+#include "target/ack_ledger.h"
 
 namespace xdcr::target {
 
@@ -83,13 +84,13 @@ class RedisTarget {
   /** Reader loop: reads replies and advances ackedOffset(). */
   net::awaitable<Status> runReader();
 
-  uint64_t ackedOffset() const { return acked_offset_; }
+  uint64_t ackedOffset() const { return ledger_.acked(); }
   /** Commands committed so far this session, and how many of them the target has answered. */
-  uint64_t committedCommands() const { return sent_seq_; }
-  uint64_t answeredCommands() const { return replied_seq_; }
-  uint64_t inflightCommands() const { return sent_seq_ - replied_seq_; }
+  uint64_t committedCommands() const { return ledger_.sent(); }
+  uint64_t answeredCommands() const { return ledger_.replied(); }
+  uint64_t inflightCommands() const { return ledger_.inflight(); }
   size_t pendingBytes() const { return pending_.size() + writing_.size(); }
-  bool drained() const { return sent_seq_ == replied_seq_ && pending_.empty(); }
+  bool drained() const { return ledger_.drained() && pending_.empty(); }
   /** Waits until ackedOffset() advances (or `d` passes). */
   net::awaitable<void> waitProgress(std::chrono::steady_clock::duration d) {
     co_await progress_.waitFor(d);
@@ -134,16 +135,7 @@ class RedisTarget {
   std::string pending_;
   std::string writing_;
   std::function<Status()> before_send_;
-  uint64_t sent_seq_ = 0;     // commands appended
-  uint64_t replied_seq_ = 0;  // replies received
-  struct Mark {
-    uint64_t seq;                              // the mark is reached when replied_seq_ >= seq
-    uint64_t offset;                           // source offset applied at that point
-    std::chrono::steady_clock::time_point at;  // committed (xdcr_apply_latency_seconds)
-  };
-  /** The marks the replies so far reach: acknowledged, and their latency observed. */
-  void reachMarks();
-  std::deque<Mark> marks_;
+  AckLedger ledger_;  // commands committed and answered; the acknowledged offset
   struct Expect {
     uint64_t seq;
     std::optional<std::string> value;
@@ -151,14 +143,12 @@ class RedisTarget {
     ReplyFn check;  // set: called instead of comparing with `value`
   };
   std::deque<Expect> expects_;
-  uint64_t acked_offset_ = 0;
   uint64_t max_bulk_ = 512ULL << 20;
   ServerInfo server_;
   int wait_replicas_ = 0;
   Notify writer_wake_;
   Notify progress_;
   bool closing_ = false;
-  std::chrono::steady_clock::time_point last_reply_{};
   LogRateLimiter error_log_;
 };
 
