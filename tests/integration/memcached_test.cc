@@ -9,6 +9,7 @@
 //   - PEXPIREAT / PERSIST touch; DEL and expirations delete; APPEND / INCR / HSET invalidate;
 //     KEEPTTL keeps the source's deadline; a maxTTL collection clamps; MULTI/EXEC in order;
 //   - strip_ttl and drop_deletions; a full sync (non_strings: json) and a restart that resumes;
+//   - non_strings: dump (the source's DUMP bytes, flag 1) and refuse (not written, old value gone);
 //   - a memcached whose clock runs 30 s ahead (libfaketime): with clock.on_skew: compensate the
 //     deadlines land on memcached's timeline, with warn the skew is reported.
 
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -211,6 +213,40 @@ TEST_F(MemcachedTest, StreamRules) {
   std::cout << "[ rules    ] y2038ok t=" << ok2038.ttl_s << ", exp t=" << mc_->get("exp").ttl_s
             << ", cap:1 t=" << cap.ttl_s << ", kt t=" << kt.ttl_s << "\n";
   EXPECT_TRUE(agent_->running());
+}
+
+// non_strings: a collection value goes as the Redis DUMP payload (client flag 1) with `dump`,
+// byte for byte what the source's DUMP gives, and an in-place write of it in the stream then
+// invalidates it; with the default (`refuse`) it is not written, counted, and an older value of
+// the key is deleted.
+TEST_F(MemcachedTest, NonStringsAsDumpPayloadsOrRefused) {
+  startMemcached();
+  RespClient src = source_.client();
+  src.command({"HSET", "hd", "f", "v", "g", "w"});
+  src.command({"RPUSH", "ld", "a", "b", "c"});
+  startAgent("non_strings: dump", "");
+  fence("fence:start");
+  for (const char* key : {"hd", "ld"}) {
+    auto it = mc_->get(key);
+    ASSERT_TRUE(it.present) << key;
+    EXPECT_EQ(it.flags, 1u) << key << ": client flag 1 = DUMP payload";
+    EXPECT_EQ(it.value, src.command({"DUMP", key}).str())
+        << key << ": memcached must hold what the source's DUMP gives";
+  }
+  src.command({"HSET", "hd", "f", "changed"});
+  fence("fence:1");
+  EXPECT_FALSE(mc_->get("hd").present) << "an in-place write of a DUMP value invalidates it";
+  ASSERT_EQ(agent_->terminate().code, 0);
+
+  // The default: refused and counted; the string value memcached held for the key is deleted.
+  ASSERT_EQ(mc_->set("sr", "old"), "HD");
+  ASSERT_TRUE(mc_->get("sr").present);
+  src.command({"SADD", "sr", "x"});
+  std::filesystem::remove_all(dir_.file("state"));  // a new full sync, of the set too
+  startAgent("", "");
+  fence("fence:2");
+  EXPECT_FALSE(mc_->get("sr").present) << "a refused set: memcached must not keep the old value";
+  EXPECT_TRUE(logHas("not_a_string")) << agent_->logTail();
 }
 
 TEST_F(MemcachedTest, StripTtlAndDropDeletions) {
