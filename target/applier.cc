@@ -28,7 +28,14 @@ void Applier::flushFirstSeen() {
   // Before the sink sends the unit: a target write never used a first-seen second that an
   // agent crash could lose (target/first_seen.h).
   if (first_seen_ == nullptr) return;
-  if (auto s = first_seen_->flush(); !s) spdlog::error("{}: {}", label_, s.error().message);
+  if (auto s = first_seen_->flush(); !s) {
+    // Once per unit while the disk is full: said at most a few times a period, not per unit.
+    uint64_t suppressed = 0;
+    if (first_seen_log_.allow(suppressed)) {
+      spdlog::error("{}: {}{}", label_, s.error().message,
+                    suppressed ? fmt::format("; {} more suppressed", suppressed) : "");
+    }
+  }
 }
 
 size_t Applier::appendUnitToGroup(std::string& out) {

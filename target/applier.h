@@ -17,6 +17,7 @@
 #include <string>
 
 #include "clock/clock.h"
+#include "common/logging.h"
 #include "common/server_info.h"
 #include "common/stats.h"
 #include "filters/key_space.h"
@@ -214,6 +215,7 @@ class Applier {
   std::string select_;  // SELECT emitted for the current entry (before its MULTI)
   size_t select_cmds_ = 0;
   std::string key_scratch_;
+  LogRateLimiter first_seen_log_;  // a failing first-seen append (a full disk), per unit
 };
 
 }  // namespace xdcr::target
