@@ -68,18 +68,33 @@ check "bash: -c completes file names" test "$(complete_bash xdcr-agent validate 
 if command -v zsh >/dev/null; then
   check "zsh: parses" zsh -n "$zshc"
   mkdir -p "$tmp/fpath" && cp "$zshc" "$tmp/fpath/_xdcr-agent"
+  # The shell may take seconds to start (compinit -D scans every completion function; on a fresh
+  # machine under the suite's load, with a cold page cache, over a second): every read waits for
+  # what it expects, never for a fixed time. The tty echoes what is typed before zsh reads it, so
+  # the ready mark is typed as RE""ADY and only zsh's output of it reads READY; a TAB typed before
+  # ZLE is up sits in the echo until ZLE takes it.
   cat >"$tmp/z.zsh" <<ZEOF
 zmodload zsh/zpty
 zpty z zsh -f -i
-zpty -w z 'PS1="> "; fpath=($tmp/fpath \$fpath); autoload -U compinit; compinit -u -D; echo READY'
+zpty -w z 'PS1="> "; fpath=($tmp/fpath \$fpath); autoload -U compinit; compinit -u -D; print RE""ADY'
 zpty -r z line '*READY*'
-drain() { local chunk out=; sleep 1; while zpty -r -t z chunk; do out+=\$chunk; done; print -r -- "\$out"; }
-zpty -w -n z \$'xdcr-agent \t'; print -- '--- top'; drain; zpty -w -n z \$'\C-u'
-zpty -w -n z \$'xdcr-agent verify -o \t'; print -- '--- verify -o'; drain; zpty -w -n z \$'\C-u'
-zpty -w -n z \$'xdcr-agent completion \t'; print -- '--- completion'; drain
+# await PATTERN: reads the screen until it matches PATTERN, then until it is quiet for 0.5 s (the
+# rest of a listing); 30 s at most. Prints what it read.
+await() {
+  local chunk out= quiet=0 i
+  for i in {1..300}; do
+    if zpty -r -t z chunk; then out+=\$chunk; quiet=0; continue; fi
+    if [[ \$out == \$~1 ]]; then (( ++quiet >= 5 )) && break; fi
+    sleep 0.1
+  done
+  print -r -- "\$out"
+}
+zpty -w -n z \$'xdcr-agent \t'; print -- '--- top'; await '*-- *'; zpty -w -n z \$'\C-u'
+zpty -w -n z \$'xdcr-agent verify -o \t'; print -- '--- verify -o'; await '*json*table*'; zpty -w -n z \$'\C-u'
+zpty -w -n z \$'xdcr-agent completion \t'; print -- '--- completion'; await '*bash*zsh*'
 zpty -d z
 ZEOF
-  timeout 60 zsh -f "$tmp/z.zsh" | tr -d '\r' | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' >"$tmp/z.out" 2>&1
+  timeout 120 zsh -f "$tmp/z.zsh" | tr -d '\r' | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' >"$tmp/z.out" 2>&1
   top=$(sed -n '/^--- top/,/^--- verify/p' "$tmp/z.out")
   for c in $commands; do check "zsh: 'xdcr-agent <TAB>' lists $c" grep -qE "(^| )$c +-- " <<<"$top"; done
   check "zsh: verify -o <TAB> lists json and table" bash -c \
