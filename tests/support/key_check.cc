@@ -62,10 +62,8 @@ void checkOne(const std::string& label, const ExpectedKey& e, const KeyState& a,
   }
 }
 
-/**
- * A stream's rendering (dataset.cc) with the values of its node-local fields (consumers'
- * seen-time, groups' entries-read and lag) replaced by "*", and consumers' active-time removed.
- */
+}  // namespace
+
 std::string withoutNodeLocalFields(std::string contents) {
   // A consumer's active-time (Redis 7.2+, Valkey): node-local, and absent from Redis 7.0's
   // XINFO, so it is removed, field and value, for comparisons across versions.
@@ -90,6 +88,8 @@ std::string withoutNodeLocalFields(std::string contents) {
   }
   return contents;
 }
+
+namespace {
 
 // Keys per SCAN call in snapshotKeySpace(), and a bound on the calls.
 constexpr int kScanCount = 1000;

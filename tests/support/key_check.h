@@ -121,4 +121,13 @@ KeyCheckReport compareKeySpaces(const KeySpaceSnapshot& source, const KeySpaceSn
 /** "1712345678901 (now+600.0s)": an absolute deadline and its distance from `now_ms`. */
 std::string describeDeadline(int64_t deadline_ms, int64_t now_ms);
 
+/**
+ * A key's contents as readKeyStates renders them (dataset.h), with a stream's node-local fields
+ * (consumers' seen-time, groups' entries-read and lag) replaced by "*" and consumers' active-time
+ * removed: what a stream written through the replication stream (XREADGROUP arrives as XCLAIM,
+ * which sets seen-time from the applying node's clock) may differ in without any data lost.
+ * Other contents are returned as they are.
+ */
+std::string withoutNodeLocalFields(std::string contents);
+
 }  // namespace xdcr::test
