@@ -59,8 +59,11 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
     return bad ? error("malformed RESP line", pos) : needMore();
   }
   std::string_view line = data.substr(pos + 1, end - pos - 3);
+  // An element of the top-level array, when the caller collects them (ReplyInfo::items).
+  const bool item = info.collect_items && depth == 1 && info.items.size() < ReplyInfo::kMaxItems;
   switch (type) {
     case '+':
+      if (item) info.items.push_back({ReplyType::SimpleString, 0});
       if (top) {
         info.type = ReplyType::SimpleString;
         info.text.assign(line.substr(0, 256));
@@ -70,6 +73,7 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
       pos = end;
       return ParseResult{ParseStatus::Complete, 0, 0, {}};
     case '-':
+      if (item) info.items.push_back({ReplyType::Error, 0});
       if (top) info.type = ReplyType::Error;
       if (!info.has_error) info.text.assign(line.substr(0, 256));
       info.has_error = true;
@@ -78,6 +82,7 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
     case ':': {
       int64_t v;
       if (!parseInt(data, pos + 1, end, v)) return error("bad RESP integer", pos);
+      if (item) info.items.push_back({ReplyType::Integer, v});
       if (top) {
         info.type = ReplyType::Integer;
         info.integer = v;
@@ -91,6 +96,7 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
         return error("bad RESP bulk length", pos);
       }
       if (len == -1) {
+        if (item) info.items.push_back({ReplyType::Null, 0});
         if (top) info.type = ReplyType::Null;
         pos = end;
         return ParseResult{ParseStatus::Complete, 0, 0, {}};
@@ -100,6 +106,7 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
       if (data[total - 2] != '\r' || data[total - 1] != '\n') {
         return error("RESP bulk string not terminated by CRLF", total - 2);
       }
+      if (item) info.items.push_back({ReplyType::Bulk, 0});
       if (top) {
         info.type = ReplyType::Bulk;
         info.text.assign(data.substr(end, std::min<size_t>(len, 256)));
@@ -115,6 +122,7 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
         return error("bad RESP array length", pos);
       }
       if (top) info.type = n == -1 ? ReplyType::Null : ReplyType::Array;
+      if (item) info.items.push_back({n == -1 ? ReplyType::Null : ReplyType::Array, n});
       size_t p = end;
       for (int64_t i = 0; i < n; ++i) {
         ParseResult r = parseValue(data, p, info, depth + 1, false);
@@ -177,6 +185,7 @@ ParseResult parseReply(std::string_view data, ReplyInfo& info) {
   info.text.clear();
   info.integer = 0;
   info.elements.clear();
+  info.items.clear();
   size_t pos = 0;
   ParseResult r = parseValue(data, pos, info, 0, true);
   if (r.status == ParseStatus::Complete) r.consumed = pos;

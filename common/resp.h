@@ -64,6 +64,16 @@ struct ReplyInfo {
       64, each truncated to 256 bytes), e.g. for CONFIG GET. Off on the hot path. */
   bool collect = false;
   std::vector<std::string> elements;
+  /** Set `collect_items` to receive the type and integer of every element of a top-level array
+      (an EXEC's replies, an HPEXPIREAT's codes; at most kMaxItems): which write of a
+      transaction found its key gone. Off on the hot path. */
+  struct Item {
+    ReplyType type = ReplyType::Null;
+    int64_t integer = 0;
+  };
+  static constexpr size_t kMaxItems = 1 << 16;
+  bool collect_items = false;
+  std::vector<Item> items;
 };
 
 /** Parses one reply of any type starting at `data[0]`, filling `info`. */
