@@ -74,6 +74,16 @@ struct Limits {
   // ---- the source's own offset (replicator/source_head.h): INFO replication read, and lag,
   // backlog and apply rate set from it, this often, session or not.
   Duration head_period = std::chrono::seconds(1);
+
+  // Target copies that end before a later write (expiry-semantics.md §12). An in-place write,
+  // SET KEEPTTL or PERSIST to a copy whose deadline lies within copy_guard_margin of the write's
+  // now gets a guard (EXISTS in its MULTI); one within copy_late_horizon is watched instead: a
+  // reply at or past the deadline reads the document back (the target may have run it late).
+  int64_t copy_guard_margin_ms = 5000;
+  int64_t copy_late_horizon_ms = 60000;
+  /** Keys read back from the source in one transaction (a restore's read). */
+  size_t copy_read_batch = 500;
+  std::chrono::milliseconds copy_read_timeout = std::chrono::seconds(10);
 };
 
 /** The fixed bounds of a full sync's spool (issue 17; source/spool.h, source/redis_source.cc). */

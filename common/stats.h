@@ -126,6 +126,24 @@ constexpr size_t idx(E e) {
   /* rebuilt: written as commands, the target being unable to take the source's payload */         \
   COUNTER_PART(snapshot_keys_rebuilt, "result", "rebuilt", "xdcr_snapshot_keys_total", "",         \
                "Full-sync keys, by result.")                                                       \
+  /* reason: expired_before_write (the copy reached its deadline first), clamped_before_write      \
+     (the target's max_ttl or collection policy ended it first), field_expired_before_write (a     \
+     hash field's copy expired before its renewal); expiry-semantics.md §12 */                    \
+  COUNTER_PART(copies_restored_expired, "reason", "expired_before_write",                          \
+               "xdcr_target_copies_restored_total", "copies_restored",                             \
+               "Target copies that ended before a later source write reached them, read back "     \
+               "from the source and restored whole, by reason.")                                   \
+  COUNTER_PART(copies_restored_clamped, "reason", "clamped_before_write",                          \
+               "xdcr_target_copies_restored_total", "copies_restored",                             \
+               "Target copies that ended before a later source write reached them, read back "     \
+               "from the source and restored whole, by reason.")                                   \
+  COUNTER_PART(copies_restored_field, "reason", "field_expired_before_write",                      \
+               "xdcr_target_copies_restored_total", "copies_restored",                             \
+               "Target copies that ended before a later source write reached them, read back "     \
+               "from the source and restored whole, by reason.")                                   \
+  COUNTER(copies_unrecoverable, "xdcr_target_copies_unrecoverable_total", "copies_unrecoverable",  \
+          "Target copies found gone before a later write that could not be read back from the "    \
+          "source or written (each named in the log).")                                            \
   COUNTER(field_ttls_dropped, "xdcr_field_ttls_dropped_total", "",                                 \
           "Hash-field deadlines not written because the target cannot store field TTLs (Redis "    \
           "before 7.4, Valkey before 9).")                                                         \

@@ -20,6 +20,7 @@
 #include "replicator/link_probe.h"
 #include "replicator/migration_guard.h"
 #include "replicator/supervision.h"
+#include "source/document_read.h"
 #include "source/redis_shard_source.h"
 #include "source/spool.h"
 #include "target/marker.h"
@@ -632,6 +633,7 @@ net::awaitable<Status> SourceLink::session() {
       m.skip_until = std::max(m.skip_until, m.p->resumePoint()->position.offset);
     }
     m.p->setLiveSink(m.sink.get());
+    m.sink->setRepairWanted([this] { repairWanted(); });
     runSink(m);
   }
   if (result && live() > 0) {
@@ -645,6 +647,8 @@ net::awaitable<Status> SourceLink::session() {
     } else {
       shard_ = node->endpoint.address();
       source_node_ = node->endpoint;
+      source_role_ = node->role;
+      repair_conn_.reset();  // (a connection to the last session's node)
       for (auto& m : members_) {
         if (!m.gone) m.p->mutableStats().source_failovers[shard_];  // the series exists at 0
       }
@@ -959,6 +963,74 @@ net::awaitable<Status> SourceLink::waitForMembers(bool snapshot) {
   co_return Status{};
 }
 
+void SourceLink::repairWanted() {
+  repairs_wanted_ = true;
+  // Waiting for the source (nothing new to read): wake the read loop now.
+  if (live_source_ != nullptr && reading_source_) live_source_->cancel();
+}
+
+net::awaitable<Status> SourceLink::restoreCopies(const source::Source& source) {
+  repairs_wanted_ = false;
+  std::vector<source::DocumentKey> keys;
+  for (auto& m : members_) {
+    if (m.gone) continue;
+    std::vector<source::DocumentKey> more = m.sink->takeRepairs();
+    keys.insert(keys.end(), std::make_move_iterator(more.begin()),
+                std::make_move_iterator(more.end()));
+  }
+  if (keys.empty() || !source_node_) co_return Status{};
+  std::sort(keys.begin(), keys.end());  // by db: one SELECT a db
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  const uint64_t consumed = source.position().offset;
+  for (size_t at = 0; at < keys.size(); at += limits_.copy_read_batch) {
+    const std::vector<source::DocumentKey> batch(
+        keys.begin() + static_cast<std::ptrdiff_t>(at),
+        keys.begin() +
+            static_cast<std::ptrdiff_t>(std::min(keys.size(), at + limits_.copy_read_batch)));
+    Result<source::DocumentRead> read = fail(Error::io("not read"));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (!repair_conn_) {
+        repair_conn_ = std::make_unique<RedisConnection>(ex_, label() + " read back");
+        if (auto c = co_await repair_conn_->connect(*source_node_, limits_.copy_read_timeout); !c) {
+          repair_conn_.reset();
+          read = fail(c.error());
+          continue;
+        }
+        if (source_cluster_.kind == config::ClusterKind::RedisCluster && source_role_ != "master") {
+          // A cluster replica serves reads only to a READONLY connection.
+          std::vector<std::string_view> readonly{"READONLY"};
+          (void)co_await repair_conn_->call(readonly, limits_.copy_read_timeout);
+        }
+      }
+      read = co_await source::readDocuments(*repair_conn_, batch, limits_.copy_read_timeout);
+      if (read || read.error().kind != Error::Kind::Io) break;
+      repair_conn_.reset();  // a broken connection: once more on a new one
+    }
+    if (!read && read.error().kind == Error::Kind::Refused) {
+      // The source will not give them (its ACL, an old server): never silent, never a loop.
+      source::DocumentRead refused;
+      for (const auto& k : batch) refused.unreadable.push_back({k, read.error().message});
+      for (auto& m : members_) {
+        if (!m.gone) m.sink->restoreCopies(refused);
+      }
+      continue;
+    }
+    if (!read) co_return fail(read.error());  // the next session replays: found gone again
+    if (read->offset < consumed ||
+        (!read->replid.empty() && read->replid != source.position().replid)) {
+      // Another history (a failover between the stream and the read): the next session
+      // attaches where the stream now is, and the copies are found gone again.
+      co_return fail(Error::io(fmt::format(
+          "{}: a read back of {} key(s) came from {}:{}, the stream is at {}:{}; reconnecting",
+          label(), batch.size(), read->replid, read->offset, source.position().replid, consumed)));
+    }
+    for (auto& m : members_) {
+      if (!m.gone) m.sink->restoreCopies(*read);
+    }
+  }
+  co_return Status{};
+}
+
 void SourceLink::closeGroups(const source::Source& source) {
   for (auto& m : members_) {
     if (!m.gone) m.sink->closeGroup(source.position().replid);
@@ -1026,6 +1098,13 @@ net::awaitable<Status> SourceLink::readLoop(source::Source& source) {
     }
     if (auto s = co_await waitForMembers(false); !s) co_return s;
     if (stopping_ || member_leaving_ || live() == 0) continue;
+    if (repairs_wanted_) {
+      // Before the next unit: what the restored copies hold is then exactly the stream up to
+      // their read, and every later unit that touches them is judged against it.
+      closeGroups(source);
+      if (auto s = co_await restoreCopies(source); !s) co_return s;
+      continue;
+    }
 
     auto got = source.nextUnit(unit);
     if (!got) co_return fail(got.error());

@@ -47,6 +47,9 @@
 #include "source/source.h"
 #include "target/sink.h"
 
+namespace xdcr {
+class RedisConnection;
+}  // namespace xdcr
 namespace xdcr::source {
 class RedisShardSource;
 }  // namespace xdcr::source
@@ -124,6 +127,15 @@ class SourceLink final : private source::SnapshotConsumer {
   /** A session ended with `why` while members were in a full sync: counted by reason. */
   void countAbortedFullSyncs(const Status& why);
   net::awaitable<Status> streamSide(source::Source& source);
+  /**
+   * Target copies that ended before a later write (target/copy_repair.h, expiry-semantics.md
+   * §12): at a unit boundary, the keys every sink asked for are read back from the node the
+   * session streams from (source/document_read.h: one transaction per batch, each at one
+   * offset X) and handed to the sinks, which write them after everything appended so far.
+   */
+  net::awaitable<Status> restoreCopies(const source::Source& source);
+  /** A sink has copies to restore: the read loop takes them at its next unit boundary. */
+  void repairWanted();
   net::awaitable<Status> readLoop(source::Source& source);
   net::awaitable<Status> ackLoop(source::Source& source);
   /**
@@ -239,6 +251,9 @@ class SourceLink final : private source::SnapshotConsumer {
   bool reading_source_ = false;
   bool ack_requested_ = false;
   bool member_leaving_ = false;
+  bool repairs_wanted_ = false;  // a sink asked for copies to be read back (repairWanted)
+  std::string source_role_;      // the session node's role ("master", "slave")
+  std::unique_ptr<RedisConnection> repair_conn_;  // restoreCopies' reads (this session's node)
   bool master_moved_ = false;  // the session ended because the Sentinels switched the master
   Notify stop_wake_;
   Notify ack_wake_;

@@ -22,6 +22,8 @@ void Applier::beginUnit(bool transaction, int64_t local_ms) {
   unit_wrapped_ = false;
   unit_.clear();
   unit_cmds_ = 0;
+  unit_watches_.clear();
+  done_watches_.clear();
 }
 
 void Applier::flushFirstSeen() {
@@ -44,8 +46,19 @@ size_t Applier::appendUnitToGroup(std::string& out) {
   if (!group_open_) {
     resp::appendCommand(out, {"MULTI"});
     group_open_ = true;
+    group_queued_ = 0;
     n = 1;
   }
+  // Each watch's reply is an element of the group's EXEC (its index: what the group queued
+  // before this unit, then where it stands in the unit once a MULTI of its own is gone).
+  done_watches_.clear();
+  for (PendingWatch& pw : unit_watches_) {
+    pw.w.in_group = true;
+    pw.w.element = static_cast<int>(group_queued_ + (pw.wrapped ? pw.lead + pw.index : pw.index));
+    done_watches_.push_back(std::move(pw.w));
+  }
+  unit_watches_.clear();
+  const size_t before = n;
   if (unit_wrapped_) {
     // One entry in a MULTI/EXEC of its own: the group's transaction replaces it (MULTI cannot
     // nest). unit_ = [SELECT ahead] MULTI <entry> EXEC.
@@ -60,6 +73,7 @@ size_t Applier::appendUnitToGroup(std::string& out) {
     out.append(unit_);
     n += unit_cmds_;
   }
+  group_queued_ += n - before;
   unit_.clear();
   unit_cmds_ = 0;
   unit_unsafe_ = false;
@@ -89,8 +103,24 @@ size_t Applier::closeGroup(std::string& out, std::string_view stamp_key,
 
 size_t Applier::finishUnit(std::string& out) {
   flushFirstSeen();
+  done_watches_.clear();
   if (unit_cmds_ == 0) return 0;
   size_t n = unit_cmds_;
+  for (PendingWatch& pw : unit_watches_) {
+    if (transaction_) {
+      // [MULTI] unit [EXEC]: every command of the unit is an element of the EXEC.
+      pw.w.reply = unit_cmds_ + 1;
+      pw.w.element = static_cast<int>(pw.index);
+    } else if (pw.wrapped) {
+      pw.w.reply = pw.exec_at;
+      pw.w.element = static_cast<int>(pw.index);
+    } else {
+      pw.w.reply = pw.index;
+      pw.w.element = -1;
+    }
+    done_watches_.push_back(std::move(pw.w));
+  }
+  unit_watches_.clear();
   if (transaction_) {
     // A source MULTI/EXEC stays atomic on the target.
     resp::appendCommand(out, {"MULTI"});
@@ -174,6 +204,10 @@ std::optional<std::string_view> Applier::stringValue(uint8_t type, std::string_v
 
 void Applier::capDeadline(const Dest& d, int64_t t) {
   // LT: lower only; a key without a deadline counts as infinite, so it gets `t` (Redis 7.0).
+  if (watch_copies_ && clamped(d)) {
+    const int64_t known = copyDeadline(d, 0);
+    noteCopy(d, known != 0 && known < t ? known : t);
+  }
   cmd(4);
   bulk("PEXPIREAT");
   bulkKey(d);
@@ -252,6 +286,7 @@ void Applier::setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if
       bulk("PERSIST");
       bulkKey(d);
       stats_.count(WriteOp::Persist);
+      noteCopy(d, 0);
     }
     return;
   }
@@ -262,6 +297,7 @@ void Applier::setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if
     stats_.count(WriteOp::Delete);
     ++stats_.expired_on_arrival;
     forgetKey(d);
+    noteCopy(d, -1);
     return;
   }
   cmd(3);
@@ -269,11 +305,13 @@ void Applier::setDeadline(const Dest& d, int64_t t, int64_t now, bool persist_if
   bulkKey(d);
   bulkInt(t);
   stats_.count(WriteOp::Expire);
+  noteCopy(d, t);
 }
 
 void Applier::resetEntry() {
   entry_.clear();
   entry_cmds_ = 0;
+  entry_watches_.clear();
   select_.clear();
   select_cmds_ = 0;
 }
@@ -346,6 +384,7 @@ void Applier::apply(const source::Change& c) {
           bulkInt(t);
         }
         stats_.count(WriteOp::Set);
+        noteCopy(d, t);
       }
       needs_atomic = entry_cmds_ > 1;
       break;
@@ -357,12 +396,32 @@ void Applier::apply(const source::Change& c) {
       const Event& first = c.events.front();
       Dest d0 = dest(first.db, first.key);
       ensureDb(d0.db);
+      // A copy that may have ended before the target runs this write gets a guard ahead of
+      // it, in the entry's MULTI (§12): EXISTS answers 0 when it is gone.
+      const bool watched = watch_copies_ && c.effect == Effect::InPlace;
+      if (watched) {
+        for (const auto& ev : c.events) {
+          if (!ev.pass) continue;
+          Dest d = dest(ev.db, ev.key);
+          if (d.db == d0.db) guardCopy(d, ev, ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, now);
+        }
+      }
+      const size_t write_index = entry_cmds_;
       if (c.spec != nullptr && c.spec->field_deadline) {
         forwardFieldDeadline(c, first);
       } else {
         forward(c, true);
       }
       stats_.count(WriteOp::Other);
+      if (watched) {
+        for (const auto& ev : c.events) {
+          if (!ev.pass) continue;
+          Dest d = dest(ev.db, ev.key);
+          if (d.db == d0.db) {
+            watchLate(d, ev, ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, now, write_index);
+          }
+        }
+      }
       for (const auto& ev : c.events) {
         if (!ev.pass) continue;
         Dest d = dest(ev.db, ev.key);
@@ -390,8 +449,20 @@ void Applier::apply(const source::Change& c) {
         const int64_t t =
             decideFor(d, WriteKind::DeadlineOnly, toTarget(ev.deadline_ms), {}, now).deadline;
         if (ev.stripped && t == 0) continue;  // strip_ttl: nothing to do
+        if (watch_copies_ && t > now) {
+          // A renewal: PEXPIREAT answers 0 when the copy is gone (§12).
+          watchNext(WatchKind::Renewal, reasonFor(d, toTarget(ev.deadline_ms), now), ev);
+        } else if (watch_copies_ && t == 0) {
+          // PERSIST answers 0 for a gone copy and for one without a deadline alike: a guard.
+          // (The source sends PERSIST only for a key that had a deadline: it may have passed.)
+          watchNext(WatchKind::Guard, reasonFor(d, 0, now), ev);
+          cmd(2);
+          bulk("EXISTS");
+          bulkKey(d);
+        }
         setDeadline(d, t, now, true);
       }
+      needs_atomic = entry_cmds_ > 1;  // a guard and its PERSIST
       break;
     case Effect::Delete: {
       size_t n = 0;
@@ -408,6 +479,7 @@ void Applier::apply(const source::Change& c) {
         }
         bulkKey(d);
         forgetKey(d);
+        noteCopy(d, -1);
       }
       stats_.count(WriteOp::Delete);
       break;
@@ -465,17 +537,147 @@ void Applier::endEntry(bool needs_atomic) {
     resp::appendCommand(unit_, {"EXEC"});
     unit_cmds_ += entry_cmds_ + 2;
     unit_wrapped_ = true;  // (a unit outside a transaction is this one entry)
+    for (PendingWatch& pw : entry_watches_) {
+      pw.wrapped = true;
+      pw.lead = select_cmds_;
+      pw.exec_at = unit_cmds_ - 1;
+      unit_watches_.push_back(std::move(pw));
+    }
   } else {
+    const size_t base = unit_cmds_;
     unit_.append(entry_);
     unit_cmds_ += entry_cmds_;
+    for (PendingWatch& pw : entry_watches_) {
+      pw.index += base;
+      unit_watches_.push_back(std::move(pw));
+    }
   }
+  entry_watches_.clear();
+}
+
+uint64_t Applier::copyHash(const Dest& d) {
+  return FirstSeenStore::hashOf(d.db, fullKey(d));
+}
+
+int64_t Applier::copyDeadline(const Dest& d, int64_t e_target) {
+  if (!clamped(d)) return e_target;  // the copy has the source's deadline
+  // The target's clamp or a collection policy chose it (now+M at its last write, a default, a
+  // lifetime): what this applier last gave it. A copy it never wrote in this process is
+  // unknown (0: not guarded; §12.4).
+  return copies_.find(copyHash(d)).value_or(0);
+}
+
+bool Applier::copyMayBeGone(const Dest& d, int64_t e_target, int64_t now) {
+  const int64_t t = copyDeadline(d, e_target);
+  return t != 0 && t <= now + guard_margin_ms_;
+}
+
+RepairReason Applier::reasonFor(const Dest& d, int64_t e_target, int64_t now) {
+  const int64_t t = copyDeadline(d, e_target);
+  if (clamped(d) && t != 0 && (e_target == 0 || t < e_target) && t <= now + guard_margin_ms_) {
+    return RepairReason::ClampedBeforeWrite;  // the clamp ended it before the source's deadline
+  }
+  return RepairReason::ExpiredBeforeWrite;
+}
+
+void Applier::noteCopy(const Dest& d, int64_t t) {
+  if (!watch_copies_ || !clamped(d)) return;
+  if (t < 0) {
+    copies_.erase(copyHash(d));
+  } else {
+    copies_.set(copyHash(d), t);
+  }
+}
+
+void Applier::watchNext(WatchKind kind, RepairReason reason, const Event& ev, int64_t deadline_ms) {
+  PendingWatch pw;
+  pw.w.kind = kind;
+  pw.w.reason = reason;
+  pw.w.db = ev.db;
+  pw.w.key.assign(ev.key);
+  if (!ev.from_key.empty()) {
+    pw.w.from_db = ev.from_db;
+    pw.w.from_key.assign(ev.from_key);
+  }
+  pw.w.deadline_ms = deadline_ms;
+  pw.index = entry_cmds_;
+  entry_watches_.push_back(std::move(pw));
+}
+
+bool Applier::guardCopy(const Dest& d, const Event& ev, int64_t e_target, int64_t now) {
+  if (!watch_copies_ || !copyMayBeGone(d, e_target, now)) return false;
+  watchNext(WatchKind::Guard, reasonFor(d, e_target, now), ev);
+  cmd(2);
+  bulk("EXISTS");
+  bulkKey(d);
+  return true;
+}
+
+void Applier::watchLate(const Dest& d, const Event& ev, int64_t e_target, int64_t now,
+                        size_t write_index) {
+  if (!watch_copies_) return;
+  const int64_t t = copyDeadline(d, e_target);
+  if (t == 0 || t <= now + guard_margin_ms_ || t > now + late_horizon_ms_) return;
+  watchNext(WatchKind::Late, reasonFor(d, e_target, now), ev, t);
+  entry_watches_.back().index = write_index;
+}
+
+bool Applier::appendRestoredCopy(const source::Change& judged, bool exists,
+                                 std::string_view record_key, uint64_t x) {
+  const Event& ev = judged.events.front();
+  if (exists) {
+    const size_t at = unit_.size(), cmds = unit_cmds_;
+    const int db = target_db_;
+    apply(judged);  // a snapshot key: RESTORE … REPLACE, a rebuild, or DEL when it has passed
+    if (snapshot_write_ == SnapshotWrite::Failed) {
+      unit_.resize(at);  // (a SELECT it began with too)
+      unit_cmds_ = cmds;
+      target_db_ = db;
+      return false;
+    }
+  } else {
+    resetEntry();
+    Dest d = dest(ev.db, ev.key);
+    ensureDb(d.db);
+    cmd(2);
+    bulk("DEL");
+    bulkKey(d);
+    stats_.count(WriteOp::Delete);
+    forgetKey(d);
+    noteCopy(d, -1);
+    endEntry(false);
+  }
+  resetEntry();
+  ensureDb(0);
+  cmd(4);
+  bulk("HSET");
+  bulk(record_key);
+  bulk(RepairSkips::field(ev.db, ev.key));
+  bulkInt(static_cast<int64_t>(x));
+  endEntry(false);
+  return true;
+}
+
+void Applier::appendRecordPrune(std::string_view record_key,
+                                const std::vector<std::string>& fields) {
+  resetEntry();
+  ensureDb(0);
+  cmd(2 + fields.size());
+  bulk(fields.empty() ? "DEL" : "HDEL");
+  bulk(record_key);
+  for (const std::string& f : fields) bulk(f);
+  endEntry(false);
 }
 
 void Applier::applySet(const source::Change& c, const Event& ev, int64_t now) {
   Dest d = dest(ev.db, ev.key);
   ensureDb(d.db);
   if (ev.rule == DeadlineRule::Keep) {
-    // Preserve expiry: the target keeps its own deadline, no clamp (§4).
+    // Preserve expiry: the target keeps its own deadline, no clamp (§4). A copy that ended
+    // first would come back without one: a guard ahead of it (§12).
+    const int64_t e_target = ev.deadline_ms ? toTarget(ev.deadline_ms) : 0;
+    guardCopy(d, ev, e_target, now);
+    watchLate(d, ev, e_target, now, entry_cmds_);
     cmd(4);
     bulk("SET");
     bulkKey(d);
@@ -502,6 +704,7 @@ void Applier::applySet(const source::Change& c, const Event& ev, int64_t now) {
     bulkInt(t);
   }
   stats_.count(WriteOp::Set);
+  noteCopy(d, t);
 }
 
 void Applier::applyRestore(const source::Change& c, const Event& ev, int64_t now) {
@@ -528,6 +731,7 @@ void Applier::applyRestore(const source::Change& c, const Event& ev, int64_t now
   for (size_t i = 4; i + 1 < args.size(); ++i) {
     if (resp::iequals(args[i], "IDLETIME") || resp::iequals(args[i], "FREQ")) extra += 2;
   }
+  noteCopy(d, t);
   cmd(5 + extra + (t ? 1 : 0));
   bulk("RESTORE");
   bulkKey(d);
@@ -560,6 +764,12 @@ void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t 
   Dest from = dest(ev.from_db, ev.from_key);
   Dest to = dest(ev.db, ev.key);
   ensureDb(from.db);
+  if (watch_copies_) {
+    // The copy of `from` may have ended first: RENAME answers "no such key", COPY and MOVE 0.
+    // Both keys are then read back (§12).
+    watchNext(c.effect == Effect::Rename ? WatchKind::Rename : WatchKind::CopyMove,
+              reasonFor(from, ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, now), ev);
+  }
   if (c.effect == Effect::Rename) {
     cmd(3);
     bulk("RENAME");
@@ -585,7 +795,10 @@ void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t 
   stats_.count(WriteOp::Other);
   // `to` gets clamp(source deadline of `from`) under its own collection (§4), whatever
   // deadline the target's copy of `from` carried.
-  if (c.effect != Effect::Copy) forgetKey(from);  // RENAME and MOVE delete `from`
+  if (c.effect != Effect::Copy) {  // RENAME and MOVE delete `from`
+    forgetKey(from);
+    noteCopy(from, -1);
+  }
   // `to` is a first write of its own (§8.1): its lifetime starts now, its value is not carried.
   int64_t t = decideFor(to, WriteKind::DeadlineOnly, toTarget(ev.deadline_ms), {}, now).deadline;
   if (to.db != from.db) {
@@ -604,6 +817,7 @@ void Applier::applyMoveOrCopy(const source::Change& c, const Event& ev, int64_t 
 
 void Applier::applyFlush(const source::Change& c) {
   const Event& ev = c.events.front();
+  copies_.clear();  // (of every db: a later write to a flushed key is a create anyway)
   bool all = resp::iequals(c.arg(0), "flushall");
   if (all && keys_.dbMap().empty()) {
     cmd(1);
@@ -658,6 +872,7 @@ void Applier::applySnapshotKey(const source::Change& c, const Event& ev, int64_t
     return;
   }
   snapshot_write_ = SnapshotWrite::Restored;
+  noteCopy(d, t);
   const bool lru = rdb.idle_s >= 0, lfu = rdb.freq >= 0;
   cmd(5 + (t ? 1 : 0) + (lru ? 2 : 0) + (lfu ? 2 : 0));
   bulk("RESTORE");

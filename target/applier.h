@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 
 #include "clock/clock.h"
 #include "common/logging.h"
@@ -23,6 +24,7 @@
 #include "filters/key_space.h"
 #include "source/event.h"
 #include "source/rdb_value.h"
+#include "target/copy_repair.h"
 #include "target/first_seen.h"
 #include "target/max_ttl.h"
 
@@ -98,6 +100,57 @@ class Applier {
   /** `DEL key` in target db `db` (full_sync.delete_stale_keys). Same calling rules. */
   void appendDelete(int db, std::string_view key);
 
+  /**
+   * Target copies that ended before a later write (copy_repair.h, expiry-semantics.md §12). A
+   * write whose reply tells whether the target's copy was still there is *watched*: the
+   * renewal's own PEXPIREAT (0: gone), a guard `EXISTS k` ahead of an in-place write, SET
+   * KEEPTTL or PERSIST in that entry's MULTI (0: gone) where the copy may have ended, RENAME's
+   * "no such key", COPY's and MOVE's 0. A write near its copy's deadline without a guard is
+   * watched too (Late): gone if answered at or past that deadline.
+   */
+  enum class WatchKind : uint8_t { Renewal, Guard, Rename, CopyMove, Late };
+  struct Watch {
+    WatchKind kind = WatchKind::Guard;
+    RepairReason reason = RepairReason::ExpiredBeforeWrite;
+    int db = 0;  // the source key whose copy the reply judges
+    std::string key;
+    int from_db = 0;  // RENAME/COPY/MOVE: the other key (read back along with it)
+    std::string from_key;
+    int64_t deadline_ms = 0;  // Late: the copy's deadline on the target's clock
+    /** finishUnit(): which of the commands it returned answers (an EXEC, or the write itself).
+     *  appendUnitToGroup(): unused; the group's EXEC answers (Sink::closeGroup knows which). */
+    size_t reply = 0;
+    int element = -1;  // the index in that EXEC's array; -1: the reply itself
+    bool in_group = false;
+  };
+  /** The watches of what the last finishUnit() or appendUnitToGroup() appended. */
+  std::vector<Watch>& watches() { return done_watches_; }
+  /**
+   * Watches and guards on (off: nothing is watched, as before issue 27). `margin_ms`: an
+   * unclamped copy whose deadline is within it of the write's now is guarded (it may end
+   * before the target runs the write); past it, up to `late_ms`, the write is watched Late.
+   */
+  void setCopyWatch(bool on, int64_t margin_ms, int64_t late_ms) {
+    watch_copies_ = on;
+    guard_margin_ms_ = margin_ms;
+    late_horizon_ms_ = late_ms;
+  }
+  bool watchesCopies() const { return watch_copies_; }
+  /**
+   * A target copy read back from the source at offset `x` (copy_repair.h): in its own MULTI,
+   * the document written as a snapshot key is (`judged`: Effect::SnapshotKey, judged by the
+   * pipeline's filters: RESTORE … REPLACE with the deadline the rules give, or DEL when it has
+   * passed) or, for a key the source no longer has, DEL; and `HSET record_key <db>:<key> x`
+   * (target db 0): what a replay after a crash reads to skip the key's writes up to `x`.
+   * Call between beginUnit(true) and finishUnit(). False, with nothing appended, when the
+   * document cannot be written to this target (lastSnapshotError() says why).
+   */
+  bool appendRestoredCopy(const source::Change& judged, bool exists, std::string_view record_key,
+                          uint64_t x);
+  /** `HDEL record_key fields…` in target db 0 (records a durable checkpoint has passed), or
+   *  `DEL record_key` when `fields` is empty. Same calling rules as appendMarker. */
+  void appendRecordPrune(std::string_view record_key, const std::vector<std::string>& fields);
+
   /** Bytes of the RESTORE payload for a raw value of `value_size` bytes. */
   static size_t restorePayloadSize(size_t value_size) { return 1 + value_size + 2 + 8; }
 
@@ -163,6 +216,28 @@ class Applier {
   void endEntry(bool needs_atomic);
 
   void applySnapshotKey(const source::Change& c, const source::Event& ev, int64_t now);
+
+  // Copy watches (setCopyWatch).
+  /** The copy of `d` may have ended before the target runs a write at `now`: its deadline
+   *  `e_target` is within the guard margin, or the target's clamp or policy set it. */
+  bool copyMayBeGone(const Dest& d, int64_t e_target, int64_t now);
+  RepairReason reasonFor(const Dest& d, int64_t e_target, int64_t now);
+  /** Whether the target's clamp or a policy decides the copy's deadline. */
+  static bool clamped(const Dest& d) { return d.max_ttl_ms > 0 || d.policy != nullptr; }
+  /** The deadline the target's copy has: the source's (`e_target`) where nothing clamps it,
+   *  else what this applier last gave it (0: none, or unknown). */
+  int64_t copyDeadline(const Dest& d, int64_t e_target);
+  /** Remembers the deadline given to a clamped copy (`t` 0: none; -1: the copy is gone). */
+  void noteCopy(const Dest& d, int64_t t);
+  uint64_t copyHash(const Dest& d);
+  /** Records a watch on the entry's next command (call just before its cmd()). */
+  void watchNext(WatchKind kind, RepairReason reason, const source::Event& ev,
+                 int64_t deadline_ms = 0);
+  /** `EXISTS key` (watched as a Guard) when the copy may be gone; true if one was written. */
+  bool guardCopy(const Dest& d, const source::Event& ev, int64_t e_target, int64_t now);
+  /** After a write without a guard: a Late watch when its copy's deadline is near. */
+  void watchLate(const Dest& d, const source::Event& ev, int64_t e_target, int64_t now,
+                 size_t write_index);
   /** RESTORE cannot carry this key to this target as it is (see setTarget). */
   bool needsRebuild(const source::RdbPayload& rdb, const source::Event& ev) const;
 
@@ -216,6 +291,27 @@ class Applier {
   size_t select_cmds_ = 0;
   std::string key_scratch_;
   LogRateLimiter first_seen_log_;  // a failing first-seen append (a full disk), per unit
+
+  // Copy watches. An entry's watches are numbered by its commands (entry_watches_), moved to the
+  // unit at endEntry (unit_watches_, with where their reply comes), and handed to the sink by
+  // finishUnit/appendUnitToGroup (done_watches_).
+  struct PendingWatch {
+    Watch w;
+    size_t index = 0;      // the command's index in the entry (entry_watches_) or unit
+    bool wrapped = false;  // the entry has a MULTI/EXEC of its own
+    size_t lead = 0;       // wrapped: commands of the unit ahead of that MULTI (a SELECT)
+    size_t exec_at = 0;    // wrapped: that EXEC's index in the unit
+  };
+  bool watch_copies_ = false;
+  int64_t guard_margin_ms_ = 5000;
+  int64_t late_horizon_ms_ = 60000;
+  std::vector<PendingWatch> entry_watches_;
+  std::vector<PendingWatch> unit_watches_;
+  std::vector<Watch> done_watches_;
+  size_t group_queued_ = 0;  // commands queued in the open group's MULTI so far
+  /** Clamped copies (max_ttl or a policy) this applier wrote, by FirstSeenStore::hashOf of the
+   *  target db and key: the deadline it gave each (0: none). */
+  CopyDeadlines copies_;
 };
 
 }  // namespace xdcr::target

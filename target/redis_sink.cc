@@ -23,7 +23,8 @@ RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipe
                      filters::KeySpaceConstSharedPtr keys, const MaxTtlPolicy& policy,
                      const clock::ClusterClock& target_clock, const clock::Clock& clock,
                      const Limits& limits, PipelineStats& stats)
-    : label_(fmt::format("pipeline {}: target {} ({})", instance, target_cluster.name,
+    : target_clock_(target_clock),
+      label_(fmt::format("pipeline {}: target {} ({})", instance, target_cluster.name,
                          target_cluster.address())),
       pipeline_(pipeline),
       target_cluster_(target_cluster),
@@ -33,7 +34,13 @@ RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipe
       applier_(policy, filter_.keySpace(), target_clock, stats),
       target_(ex, target_cluster, label_, stats, clock),
       marker_key_(markerKey(instance)),
-      stamp_key_(appliedStampKey(instance)) {}
+      stamp_key_(appliedStampKey(instance)) {
+  record_key_ =
+      stamp_key_.substr(0, stamp_key_.size() - std::string_view(":applied").size()) + ":restored";
+  applier_.setCopyWatch(true, limits.copy_guard_margin_ms, limits.copy_late_horizon_ms);
+  target_.setObserver(
+      [this](uint64_t seq, const resp::ReplyInfo& reply) { onWatchedReply(seq, reply); });
+}
 
 net::awaitable<Status> RedisSink::run() {
   if (target_cluster_.isSentinel()) {
@@ -61,7 +68,10 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   if (Status s = co_await conn.connect(target_.node(), kTimeout); !s) {
     co_return fail(s.error());  // TCP, TLS, AUTH
   }
-  const std::vector<std::vector<std::string>> get = {{"GET", marker_key_}, {"GET", stamp_key_}};
+  // With the marker and the stamp: the copies restored since the checkpoint (§12), whose writes
+  // up to their read's offset a replay must skip.
+  const std::vector<std::vector<std::string>> get = {
+      {"GET", marker_key_}, {"GET", stamp_key_}, {"HGETALL", record_key_}, {"EXISTS", record_key_}};
   auto r = co_await conn.callMany(get, kTimeout);
   conn.close();
   if (!r) co_return fail(r.error());
@@ -77,6 +87,49 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   if (m.present) m.marker = v.str;
   last_marker_ = m.present ? std::optional<std::string>(m.marker) : std::nullopt;
   if (const resp::Value& st = (*r)[1]; st.type == resp::ReplyType::Bulk) m.stamp = st.str;
+  skips_.clear();
+  records_.clear();
+  if ((*r)[2].isError() || (*r)[3].isError()) {
+    // A guard refused inside a MULTI would discard the write it guards (EXECABORT): without
+    // +exists and +hgetall no copy is watched, as before copies were restored.
+    applier_.setCopyWatch(false, 0, 0);
+    if (!copy_watch_refused_said_) {
+      copy_watch_refused_said_ = true;
+      spdlog::warn(
+          "{}: the target refused {} ({}): copies the target expires before a later source "
+          "write reaches them are NOT restored (expiry-semantics.md §12); grant the target's "
+          "user +exists +hgetall",
+          label_, (*r)[2].isError() ? "HGETALL" : "EXISTS",
+          (*r)[2].isError() ? (*r)[2].str : (*r)[3].str);
+    }
+  }
+  if (const resp::Value& rec = (*r)[2]; rec.type == resp::ReplyType::Array) {
+    for (size_t i = 0; i + 1 < rec.elements.size(); i += 2) {
+      const std::string& field = rec.elements[i].str;
+      const size_t colon = field.find(':');
+      uint64_t until = 0;
+      try {
+        until = std::stoull(rec.elements[i + 1].str);
+      } catch (const std::exception&) {
+        continue;  // not one of ours
+      }
+      if (colon == std::string::npos || colon == 0) continue;
+      int db = 0;
+      try {
+        db = std::stoi(field.substr(0, colon));
+      } catch (const std::exception&) {
+        continue;
+      }
+      skips_.add(db, std::string_view(field).substr(colon + 1), until);
+      records_.push_back({field, until});
+    }
+    if (!records_.empty()) {
+      spdlog::info(
+          "{}: {} restored copies on record: their writes up to each one's read are "
+          "not replayed",
+          label_, records_.size());
+    }
+  }
   co_return m;
 }
 
@@ -99,12 +152,17 @@ void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
     for (const auto& c : unit.view()) applySnapshotKey(c);
     return;
   }
+  skips_.passed(unit.offset_end);
+  if (multi_keys_.size() > 0) multi_keys_.prune(target_.ackedOffset());
   applier_.beginUnit(unit.transaction, unit.local_ms);
   for (const auto& c : unit.view()) {
     judged_ = c;  // reuses judged_'s vectors
     filter_.judge(judged_);
+    if (!skips_.empty()) dropRestored(judged_, unit.offset_end);
+    logMultiKey(judged_, unit.offset_end);
     if (write) applier_.apply(judged_);
   }
+  last_offset_ = unit.offset_end;
   // The replay stamp's group (Applier::appendUnitToGroup): from a replay-unsafe unit on, the
   // units taken without suspending share one MULTI/EXEC and one stamp; the group is committed
   // to the target (its replies counted, its end offset marked) only when closed.
@@ -112,9 +170,234 @@ void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
     group_cmds_ += applier_.appendUnitToGroup(target_.pending());
     group_end_ = unit.offset_end;
     ++group_units_;
+    takeWatches(0, unit.offset_end);
   } else {
+    const uint64_t base = target_.committedCommands();
     target_.commit(applier_.finishUnit(target_.pending()), unit.offset_end);
+    takeWatches(base, unit.offset_end);
   }
+}
+
+void RedisSink::takeWatches(uint64_t base, uint64_t offset_end) {
+  for (Applier::Watch& w : applier_.watches()) {
+    SinkWatch sw;
+    sw.offset = offset_end;
+    sw.w = std::move(w);
+    if (sw.w.in_group) {
+      group_watches_.push_back(std::move(sw));
+      continue;
+    }
+    sw.seq = base + sw.w.reply + 1;
+    target_.observe(sw.seq);
+    watches_.push_back(std::move(sw));
+  }
+  applier_.watches().clear();
+}
+
+void RedisSink::onWatchedReply(uint64_t seq, const resp::ReplyInfo& reply) {
+  while (!watches_.empty() && watches_.front().seq < seq) watches_.pop_front();  // (none: in order)
+  while (!watches_.empty() && watches_.front().seq == seq) {
+    SinkWatch sw = std::move(watches_.front());
+    watches_.pop_front();
+    const Applier::Watch& w = sw.w;
+    resp::ReplyType type = reply.type;
+    int64_t integer = reply.integer;
+    if (w.element >= 0) {
+      // An element of an EXEC's array; an EXEC that did not run (EXECABORT, a null) ran none of
+      // its writes either: nothing to judge.
+      if (reply.type != resp::ReplyType::Array ||
+          static_cast<size_t>(w.element) >= reply.items.size()) {
+        continue;
+      }
+      type = reply.items[static_cast<size_t>(w.element)].type;
+      integer = reply.items[static_cast<size_t>(w.element)].integer;
+    }
+    bool gone = false;
+    switch (w.kind) {
+      case Applier::WatchKind::Renewal:
+      case Applier::WatchKind::Guard:
+      case Applier::WatchKind::CopyMove:
+        gone = type == resp::ReplyType::Integer && integer == 0;
+        break;
+      case Applier::WatchKind::Rename:
+        gone =
+            type == resp::ReplyType::Error && reply.text.find("no such key") != std::string::npos;
+        break;
+      case Applier::WatchKind::Late:
+        // Answered before the deadline: the write ran before it, on the copy. At or after it
+        // (the target may have run it late): read the document back, which is always right.
+        gone = target_clock_.nowMs() >= w.deadline_ms;
+        break;
+    }
+    if (!gone) continue;
+    requestRepair(w.db, w.key, w.reason, sw.offset);
+    if (!w.from_key.empty()) requestRepair(w.from_db, w.from_key, w.reason, sw.offset);
+  }
+}
+
+void RedisSink::requestRepair(int db, const std::string& key, RepairReason reason,
+                              uint64_t offset) {
+  // A copy restored from a read at or past this write holds it already.
+  if (auto x = skips_.until(db, key); x && *x >= offset) return;
+  // Keys a later multi-key change linked to this one may hold its fragment: read them too.
+  const bool first = repairs_.empty();
+  for (const MultiKeyLog::Key& k : multi_keys_.closure({db, key}, offset)) {
+    if (requested_.emplace(k, reason).second) repairs_.push_back(k);
+  }
+  if (first && !repairs_.empty() && repair_wanted_) repair_wanted_();
+}
+
+std::vector<source::DocumentKey> RedisSink::takeRepairs() {
+  std::vector<source::DocumentKey> out;
+  out.swap(repairs_);
+  return out;
+}
+
+uint64_t& RedisSink::restoredCounter(RepairReason reason) {
+  switch (reason) {
+    case RepairReason::ClampedBeforeWrite:
+      return stats_.copies_restored_clamped;
+    case RepairReason::FieldExpiredBeforeWrite:
+      return stats_.copies_restored_field;
+    case RepairReason::ExpiredBeforeWrite:
+      break;
+  }
+  return stats_.copies_restored_expired;
+}
+
+void RedisSink::copyUnrecoverable(const source::DocumentKey& key, const std::string& why) {
+  ++stats_.copies_unrecoverable;
+  uint64_t suppressed = 0;
+  if (repair_log_.allow(suppressed)) {
+    spdlog::error(
+        "{}: the target's copy of \"{}\" (db {}) ended before a later write reached it and "
+        "could not be restored: {} (counted in xdcr_target_copies_unrecoverable_total){}",
+        label_, key.second, key.first, why,
+        suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+  }
+}
+
+void RedisSink::restoreCopies(const source::DocumentRead& read) {
+  for (const auto& [key, why] : read.unreadable) {
+    auto it = requested_.find(key);
+    if (it == requested_.end()) continue;
+    requested_.erase(it);
+    copyUnrecoverable(key, why);
+  }
+  source::RdbPayload payload;
+  for (const source::SourceDocument& doc : read.docs) {
+    const source::DocumentKey key{doc.db, doc.key};
+    auto it = requested_.find(key);
+    if (it == requested_.end()) continue;  // another pipeline's
+    const RepairReason reason = it->second;
+    requested_.erase(it);
+    // The document as a snapshot key: the pipeline's filters (strip_ttl) and the rules of a
+    // create (§4, §8) decide its deadline, on the target's clock now.
+    judged_.entry = nullptr;
+    judged_.spec = nullptr;
+    judged_.effect = source::Effect::SnapshotKey;
+    judged_.db = doc.db;
+    judged_.key_args.clear();
+    judged_.events.resize(1);
+    source::Event& ev = judged_.events.front();
+    ev = source::Event{};
+    ev.kind = EventKind::Mutation;
+    ev.rule = source::DeadlineRule::Explicit;
+    ev.db = doc.db;
+    ev.key = doc.key;
+    ev.deadline_ms = doc.deadline_ms;
+    if (doc.exists) {
+      payload.type = doc.type();
+      payload.value = doc.value();
+      payload.rdb_version = doc.rdbVersion();
+      payload.flavor =
+          payload.rdb_version >= 80 ? source::rdb::Flavor::Valkey : source::rdb::Flavor::Redis;
+      judged_.rdb = &payload;
+    } else {
+      judged_.rdb = nullptr;
+    }
+    filter_.judge(judged_);
+    if (!ev.pass) continue;  // outside the key space now (a reload changed it)
+    applier_.beginUnit(true);
+    if (!applier_.appendRestoredCopy(judged_, doc.exists, record_key_, read.offset)) {
+      // Not writable to this target (a value it cannot take): its writes go on as they come.
+      copyUnrecoverable(key, applier_.lastSnapshotError());
+      continue;
+    }
+    target_.commit(applier_.finishUnit(target_.pending()), last_offset_);
+    skips_.add(doc.db, doc.key, read.offset);
+    records_.push_back({RepairSkips::field(doc.db, doc.key), read.offset});
+    ++restoredCounter(reason);
+    // The transaction's EXEC: an error in it (the target refused the RESTORE) is no restore.
+    target_.onReply(target_.committedCommands(),
+                    [this, key, reason](const resp::ReplyInfo& reply) -> Status {
+                      if (!reply.has_error) return Status{};
+                      --restoredCounter(reason);
+                      copyUnrecoverable(key, "the target refused it: " + reply.text);
+                      return Status{};
+                    });
+  }
+}
+
+void RedisSink::dropRestored(source::Change& c, uint64_t offset_end) {
+  auto covered = [&](int db, std::string_view key) {
+    return !key.empty() && skips_.covers(db, key, offset_end);
+  };
+  bool touches = false;
+  for (const auto& ev : c.events) {
+    if (ev.pass && (covered(ev.db, ev.key) || covered(ev.from_db, ev.from_key))) touches = true;
+  }
+  if (c.entry != nullptr) {
+    for (uint16_t pos : c.key_args) touches = touches || covered(c.db, c.arg(pos));
+  }
+  if (!touches) return;
+  using source::Effect;
+  const bool per_key = c.effect == Effect::Set || c.effect == Effect::SetNoTtl ||
+                       c.effect == Effect::ExpireAt || c.effect == Effect::Persist ||
+                       c.effect == Effect::Delete || c.effect == Effect::Restore;
+  const bool one_key =
+      c.events.size() == 1 && c.events.front().from_key.empty() && c.key_args.size() <= 1;
+  if (per_key || one_key) {
+    for (auto& ev : c.events) {
+      if (ev.pass && covered(ev.db, ev.key)) ev.pass = false;
+    }
+    return;
+  }
+  // It reads a restored key or links it to others (RENAME, LMOVE, SUNIONSTORE, …): its effect
+  // on the others depends on the restored key as it was then, which the target no longer has.
+  // Not written; every key it names is read back now, at or past this unit.
+  for (auto& ev : c.events) {
+    if (!ev.pass) continue;
+    ev.pass = false;
+    // (A key restored at or past this unit holds the change already: requestRepair skips it.)
+    requestRepair(ev.db, std::string(ev.key), RepairReason::ExpiredBeforeWrite, offset_end);
+    if (!ev.from_key.empty()) {
+      requestRepair(ev.from_db, std::string(ev.from_key), RepairReason::ExpiredBeforeWrite,
+                    offset_end);
+    }
+  }
+}
+
+void RedisSink::logMultiKey(const source::Change& c, uint64_t offset_end) {
+  if (!applier_.watchesCopies()) return;
+  size_t keys = 0;
+  for (const auto& ev : c.events) keys += ev.from_key.empty() ? 1 : 2;
+  if (c.entry != nullptr) keys = std::max(keys, c.key_args.size());
+  if (keys < 2) return;
+  std::vector<MultiKeyLog::Key> all;
+  auto add = [&](int db, std::string_view key) {
+    if (key.empty()) return;
+    MultiKeyLog::Key k{db, std::string(key)};
+    if (std::find(all.begin(), all.end(), k) == all.end()) all.push_back(std::move(k));
+  };
+  for (const auto& ev : c.events) {
+    add(ev.db, ev.key);
+    add(ev.from_db, ev.from_key);
+  }
+  if (c.entry != nullptr) {
+    for (uint16_t pos : c.key_args) add(c.db, c.arg(pos));
+  }
+  if (all.size() >= 2) multi_keys_.add(offset_end, std::move(all));
 }
 
 void RedisSink::closeGroup(std::string_view replid) {
@@ -122,11 +405,40 @@ void RedisSink::closeGroup(std::string_view replid) {
   group_cmds_ +=
       applier_.closeGroup(target_.pending(), stamp_key_, fmt::format("{}:{}", replid, group_end_));
   target_.commit(group_cmds_, group_end_);
+  // The group's EXEC is its last command: every watch of its units reads an element of it.
+  for (SinkWatch& sw : group_watches_) {
+    sw.seq = target_.committedCommands();
+    target_.observe(sw.seq);
+    watches_.push_back(std::move(sw));
+  }
+  group_watches_.clear();
   group_cmds_ = 0;
   group_units_ = 0;
 }
 
 void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
+  // Records of restored copies that a durable checkpoint has passed: no replay can reach their
+  // writes any more. The checkpoint before this one is durable now (a new one waits for that);
+  // the one before it surely is.
+  if (!records_.empty()) {
+    std::vector<std::string> fields;
+    std::vector<Record> keep;
+    for (Record& r : records_) {
+      if (r.until <= prune_upto_) {
+        fields.push_back(std::move(r.field));
+      } else {
+        keep.push_back(std::move(r));
+      }
+    }
+    records_.swap(keep);
+    if (!fields.empty()) {
+      applier_.beginUnit(false);
+      applier_.appendRecordPrune(record_key_, fields);
+      target_.commit(applier_.finishUnit(target_.pending()), offset);
+    }
+  }
+  prune_upto_ = previous_marker_offset_;
+  previous_marker_offset_ = offset;
   applier_.beginUnit(false);
   applier_.appendMarker(marker_key_, token);
   target_.commit(applier_.finishUnit(target_.pending()), offset);
@@ -187,6 +499,17 @@ void RedisSink::setFullSyncJournal(std::string path) {
 
 Status RedisSink::beginSnapshot(bool record_keys) {
   counts_ = SnapshotCounts{};
+  // A new history: the offsets of restored copies' records mean nothing in it, and the
+  // snapshot writes every key whole.
+  skips_.clear();
+  multi_keys_.clear();
+  requested_.clear();
+  repairs_.clear();
+  records_.clear();
+  prune_upto_ = previous_marker_offset_ = 0;
+  applier_.beginUnit(false);
+  applier_.appendRecordPrune(record_key_, {});
+  target_.commit(applier_.finishUnit(target_.pending()), target_.ackedOffset());
   if (FirstSeenStore* fs = applier_.firstSeenStore()) fs->beginSweep();
   snapshot_keys_.clear();
   interrupted_keys_.clear();

@@ -128,6 +128,9 @@ net::awaitable<Status> RedisTarget::runReader() {
     auto& buf = conn_.buffer();
     bool progressed = false;
     for (;;) {
+      const uint64_t seq = ledger_.replied() + 1;  // the reply about to be read
+      while (!observed_.empty() && observed_.front() < seq) observed_.pop_front();
+      info.collect_items = !observed_.empty() && observed_.front() == seq;
       auto pr = resp::parseReply(buf.data(), info);
       if (pr.status == resp::ParseStatus::NeedMore) break;
       if (pr.status == resp::ParseStatus::Error) {
@@ -141,6 +144,10 @@ net::awaitable<Status> RedisTarget::runReader() {
       }
       if (info.has_error) {
         if (auto s = onReplyError(info.text); !s) co_return s;
+      }
+      if (info.collect_items) {
+        observed_.pop_front();
+        if (observer_) observer_(seq, info);
       }
       if (!expects_.empty() && expects_.front().seq == ledger_.replied() + 1) {
         Expect e = std::move(expects_.front());

@@ -111,6 +111,17 @@ class RedisTarget {
   void onReply(uint64_t seq, ReplyFn check);
 
   /**
+   * The reply to command number `seq` (in increasing order; a repeat of the last is ignored) is
+   * handed to the observer with the elements of its array collected (ReplyInfo::items): which
+   * writes found their copies gone (copy_repair.h). Error replies are handled as any other first.
+   */
+  void observe(uint64_t seq) {
+    if (observed_.empty() || observed_.back() != seq) observed_.push_back(seq);
+  }
+  using ObserverFn = std::function<void(uint64_t seq, const resp::ReplyInfo& reply)>;
+  void setObserver(ObserverFn fn) { observer_ = std::move(fn); }
+
+  /**
    * Redis Sentinel: how many replicas a checkpoint's marker waits for (WAIT), 0 = none. Set by
    * connect(): 1 when the master has an online replica and the user may WAIT. A failover
    * promotes the replica with the most data, so a marker it acknowledged survives the failover,
@@ -143,6 +154,8 @@ class RedisTarget {
     ReplyFn check;  // set: called instead of comparing with `value`
   };
   std::deque<Expect> expects_;
+  std::deque<uint64_t> observed_;
+  ObserverFn observer_;
   uint64_t max_bulk_ = 512ULL << 20;
   ServerInfo server_;
   int wait_replicas_ = 0;

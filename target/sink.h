@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,7 @@
 
 #include "common/error.h"
 #include "common/limits.h"
+#include "source/document_read.h"
 #include "source/event.h"
 #include "target/first_seen.h"
 
@@ -119,6 +121,22 @@ class Sink {
   /** max_lifetime's first-seen store (Applier::setFirstSeenStore); a full sync sweeps it: the
    *  keys it did not write are forgotten at endFullSync() (expiry-semantics.md §8.4). */
   virtual void setFirstSeenStore(FirstSeenStore* /*store*/) {}
+
+  /**
+   * Target copies that ended before a later write reached them (target/copy_repair.h,
+   * expiry-semantics.md §12). The source keys whose documents must be read back, taken (the
+   * list is emptied); `wanted` is called when there are some to take, so that the link takes
+   * them at its next unit boundary. A sink that never finds one keeps the defaults.
+   */
+  virtual std::vector<source::DocumentKey> takeRepairs() { return {}; }
+  virtual void setRepairWanted(std::function<void()> /*wanted*/) {}
+  /**
+   * A read of the source at offset X (`read.offset`): the documents of the keys this sink asked
+   * for are written after everything appended so far, and their keys' events in units ending
+   * at or before X are not written (they are in the documents). Keys that could not be read
+   * are counted as unrecoverable and named in the log.
+   */
+  virtual void restoreCopies(const source::DocumentRead& /*read*/) {}
 
   virtual uint64_t ackedOffset() const = 0;
   /** Everything appended has been answered. */

@@ -80,10 +80,30 @@ class Chain {
       filter_->judge(change);         // this pipeline's filters
       applier_->apply(change);
     }
+    const size_t before = parsedCount(out);
+    size_t n = 0;
     if (stamp && (applier_->groupOpen() || applier_->unitReplayUnsafe())) {
-      return applier_->appendUnitToGroup(out);
+      n = applier_->appendUnitToGroup(out);
+    } else {
+      n = applier_->finishUnit(out);
     }
-    return applier_->finishUnit(out);
+    for (Applier::Watch w : applier_->watches()) {
+      if (!w.in_group) w.reply += before;
+      watches.push_back(std::move(w));
+    }
+    return n;
+  }
+  static size_t parsedCount(const std::string& out) {
+    std::vector<resp::ArgSpan> spans;
+    std::string_view rest = out;
+    size_t n = 0;
+    while (!rest.empty()) {
+      auto r = resp::parseCommand(rest, spans);
+      if (r.status != resp::ParseStatus::Complete) break;
+      rest.remove_prefix(r.consumed);
+      ++n;
+    }
+    return n;
   }
   Cmds parse(const std::string& out, size_t count) {
     Cmds cmds;
@@ -127,6 +147,38 @@ class Chain {
     return parse(out, count);
   }
   Applier::SnapshotWrite lastSnapshotWrite() const { return applier_->lastSnapshotWrite(); }
+  /** Copy watches on (expiry-semantics.md §12). */
+  void watchCopies(int64_t margin_ms = 5000, int64_t late_ms = 60000) {
+    build();
+    applier_->setCopyWatch(true, margin_ms, late_ms);
+  }
+  /** The watches of the units fed so far, each `reply` counted in the commands its feed
+   *  returned. */
+  std::vector<Applier::Watch> watches;
+  /** A document read back at offset `x` (Applier::appendRestoredCopy); its target commands. */
+  Cmds restoreCopy(const std::string& key, bool exists, uint8_t type, const std::string& value,
+                   int rdb_version, int64_t expire_ms, uint64_t x) {
+    build();
+    source::RdbPayload payload;
+    payload.type = type;
+    payload.value = value;
+    payload.rdb_version = rdb_version;
+    source::Change change;
+    change.effect = source::Effect::SnapshotKey;
+    change.rdb = exists ? &payload : nullptr;
+    source::Event ev;
+    ev.kind = EventKind::Mutation;
+    ev.rule = source::DeadlineRule::Explicit;
+    ev.key = key;
+    ev.deadline_ms = expire_ms;
+    change.events = {ev};
+    filter_->judge(change);
+    applier_->beginUnit(true);
+    EXPECT_TRUE(applier_->appendRestoredCopy(change, exists, "rec", x));
+    std::string out;
+    const size_t count = applier_->finishUnit(out);
+    return parse(out, count);
+  }
   /** The target's INFO server (Applier::setTarget), e.g. "redis_version:7.0.15". */
   void targetInfo(const std::string& info) {
     build();
@@ -785,6 +837,184 @@ TEST(PolicyVectors, P33_P36_P39_P42_MaxLifetime) {
       c.feed1({"RENAME", "k", "k9"}),
       (Cmds{{"MULTI"}, {"RENAME", "k", "k9"}, {"PEXPIREAT", "k9", n(kNow + 155 * S)}, {"EXEC"}}));
   EXPECT_EQ(c.first_seen->find(0, "k"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copy watches (expiry-semantics.md §12): which writes are watched, what guards them, and where
+// each watch's reply comes among the commands written.
+
+/** The command a watch's reply answers: the write itself, or the `element`-th queued command of
+ *  the MULTI whose EXEC is `exec` (for a group: the last EXEC). */
+std::vector<std::string> watched(const Cmds& cmds, const Applier::Watch& w) {
+  size_t reply = w.in_group ? cmds.size() - 1 : w.reply;
+  if (reply >= cmds.size()) return {"(reply out of range)"};
+  if (w.element < 0) return cmds[reply];
+  if (cmds[reply] != std::vector<std::string>{"EXEC"}) return {"(not an EXEC)"};
+  size_t multi = reply;
+  while (multi > 0 && cmds[multi] != std::vector<std::string>{"MULTI"}) --multi;
+  const size_t at = multi + 1 + static_cast<size_t>(w.element);
+  return at < reply ? cmds[at] : std::vector<std::string>{"(element out of range)"};
+}
+
+TEST(CopyWatch, ARenewalIsItsOwnWatch) {
+  Chain c;
+  c.watchCopies();
+  const Cmds cmds = c.feed1({"PEXPIREAT", "k", n(kNow + 10 * S)});
+  EXPECT_EQ(cmds, (Cmds{{"PEXPIREAT", "k", n(kNow + 10 * S)}}));
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::Renewal);
+  EXPECT_EQ(c.watches[0].key, "k");
+  EXPECT_EQ(c.watches[0].reason, RepairReason::ExpiredBeforeWrite);
+  EXPECT_EQ(watched(cmds, c.watches[0]), cmds[0]);
+}
+
+TEST(CopyWatch, OffByDefaultNothingIsWatchedOrGuarded) {
+  Chain c;
+  c.feed1({"SET", "k", "1", "PXAT", n(kNow + 2 * S)});
+  EXPECT_EQ(c.feed1({"INCR", "k"}), (Cmds{{"INCR", "k"}}));
+  c.feed1({"PEXPIREAT", "k", n(kNow + 10 * S)});
+  EXPECT_TRUE(c.watches.empty());
+}
+
+TEST(CopyWatch, AnInPlaceWriteNearItsDeadlineIsGuardedInItsMulti) {
+  Chain c;
+  c.watchCopies();
+  c.feed1({"SET", "k", "1", "PXAT", n(kNow + 3 * S)});
+  EXPECT_TRUE(c.watches.empty());  // a whole value needs no guard
+  const Cmds cmds = c.feed1({"INCR", "k"});
+  EXPECT_EQ(cmds, (Cmds{{"MULTI"}, {"EXISTS", "k"}, {"INCR", "k"}, {"EXEC"}}));
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::Guard);
+  EXPECT_EQ(watched(cmds, c.watches[0]), (std::vector<std::string>{"EXISTS", "k"}));
+}
+
+TEST(CopyWatch, FarFromItsDeadlineNoGuardAWatchOnlyWithinTheLateHorizon) {
+  Chain c;
+  c.watchCopies(5000, 60000);
+  c.feed1({"SET", "far", "1", "PXAT", n(kNow + 3600 * S)});
+  c.feed1({"SET", "near", "1", "PXAT", n(kNow + 30 * S)});
+  EXPECT_EQ(c.feed1({"INCR", "far"}), (Cmds{{"INCR", "far"}}));
+  EXPECT_TRUE(c.watches.empty());
+  const Cmds cmds = c.feed1({"INCR", "near"});
+  EXPECT_EQ(cmds, (Cmds{{"INCR", "near"}}));
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::Late);
+  EXPECT_EQ(c.watches[0].deadline_ms, kNow + 30 * S);
+  EXPECT_EQ(watched(cmds, c.watches[0]), cmds[0]);
+}
+
+TEST(CopyWatch, InAClampedCollectionTheCopysOwnDeadlineDecides) {
+  Chain c;
+  c.maxTtl(0, 60);
+  c.watchCopies(5000, 30000);
+  // A key this applier never wrote: a create (its copy cannot have ended): no guard.
+  EXPECT_EQ(
+      c.feed1({"HSET", "k", "a", "1"}),
+      (Cmds{{"MULTI"}, {"HSET", "k", "a", "1"}, {"PEXPIREAT", "k", n(kNow + 60 * S)}, {"EXEC"}}));
+  EXPECT_TRUE(c.watches.empty());
+  // 57 s later the copy (no source deadline: the clamp's now+60 s) ends within the margin.
+  c.clock.advance(57 * S);
+  const Cmds cmds = c.feed1({"HSET", "k", "b", "2"});
+  EXPECT_EQ(cmds, (Cmds{{"MULTI"},
+                        {"EXISTS", "k"},
+                        {"HSET", "k", "b", "2"},
+                        {"PEXPIREAT", "k", n(kNow + 117 * S)},
+                        {"EXEC"}}));
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].reason, RepairReason::ClampedBeforeWrite);
+  EXPECT_EQ(watched(cmds, c.watches[0]), (std::vector<std::string>{"EXISTS", "k"}));
+  // Just written: now+60 s again, nothing to guard.
+  c.watches.clear();
+  c.feed1({"HSET", "k", "c", "3"});
+  EXPECT_TRUE(c.watches.empty());
+}
+
+TEST(CopyWatch, PersistAndKeepTtlAreGuarded) {
+  Chain c;
+  c.watchCopies();
+  c.feed1({"SET", "k", "1", "PXAT", n(kNow + 2 * S)});
+  const Cmds keep = c.feed1({"SET", "k", "2", "KEEPTTL"});
+  EXPECT_EQ(keep, (Cmds{{"MULTI"}, {"EXISTS", "k"}, {"SET", "k", "2", "KEEPTTL"}, {"EXEC"}}));
+  const Cmds persist = c.feed1({"PERSIST", "k"});
+  EXPECT_EQ(persist, (Cmds{{"MULTI"}, {"EXISTS", "k"}, {"PERSIST", "k"}, {"EXEC"}}));
+  ASSERT_EQ(c.watches.size(), 2u);
+  EXPECT_EQ(watched(keep, c.watches[0]), (std::vector<std::string>{"EXISTS", "k"}));
+  EXPECT_EQ(watched(persist, c.watches[1]), (std::vector<std::string>{"EXISTS", "k"}));
+}
+
+TEST(CopyWatch, RenameWatchesItsSourceKey) {
+  Chain c;
+  c.watchCopies();
+  c.feed1({"SET", "a", "1", "PXAT", n(kNow + 2 * S)});
+  const Cmds cmds = c.feed1({"RENAME", "a", "b"});
+  ASSERT_FALSE(cmds.empty());
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::Rename);
+  EXPECT_EQ(c.watches[0].key, "b");
+  EXPECT_EQ(c.watches[0].from_key, "a");
+  EXPECT_EQ(watched(cmds, c.watches[0]), (std::vector<std::string>{"RENAME", "a", "b"}));
+}
+
+TEST(CopyWatch, InASourceTransactionTheReplyIsAnElementOfItsExec) {
+  Chain c;
+  c.watchCopies();
+  c.feed1({"SET", "k", "1", "PXAT", n(kNow + 2 * S)});
+  const Cmds cmds = c.feed({{"SET", "j", "x"}, {"INCR", "k"}, {"PEXPIREAT", "j", n(kNow + 9 * S)}},
+                           /*transaction=*/true);
+  EXPECT_EQ(cmds, (Cmds{{"MULTI"},
+                        {"SET", "j", "x"},
+                        {"EXISTS", "k"},
+                        {"INCR", "k"},
+                        {"PEXPIREAT", "j", n(kNow + 9 * S)},
+                        {"EXEC"}}));
+  ASSERT_EQ(c.watches.size(), 2u);
+  EXPECT_EQ(watched(cmds, c.watches[0]), (std::vector<std::string>{"EXISTS", "k"}));
+  EXPECT_EQ(watched(cmds, c.watches[1]), cmds[4]);
+}
+
+TEST(CopyWatch, InAStampedGroupTheReplyIsAnElementOfTheGroupsExec) {
+  Chain c;
+  c.watchCopies();
+  c.feed1({"SET", "k", "1", "PXAT", n(kNow + 2 * S)});
+  c.feed1({"SET", "m", "1", "PXAT", n(kNow + 2 * S)});
+  c.watches.clear();
+  // Two replay-unsafe units, each guarded, in one group; a renewal between them.
+  const Cmds cmds =
+      c.feedUnits({{{"INCR", "k"}}, {{"PEXPIREAT", "k", n(kNow + 20 * S)}}, {{"RPUSH", "m", "a"}}},
+                  {false, false, false}, /*stamp=*/true);
+  ASSERT_EQ(cmds.front(), (std::vector<std::string>{"MULTI"}));
+  ASSERT_EQ(cmds.back(), (std::vector<std::string>{"EXEC"}));
+  ASSERT_EQ(c.watches.size(), 3u);
+  for (const auto& w : c.watches) EXPECT_TRUE(w.in_group);
+  EXPECT_EQ(watched(cmds, c.watches[0]), (std::vector<std::string>{"EXISTS", "k"}));
+  EXPECT_EQ(watched(cmds, c.watches[1]),
+            (std::vector<std::string>{"PEXPIREAT", "k", n(kNow + 20 * S)}));
+  EXPECT_EQ(watched(cmds, c.watches[2]), (std::vector<std::string>{"EXISTS", "m"}));
+}
+
+TEST(CopyWatch, ARestoredCopyIsRestoredWithTheClampAndRecordedInOneTransaction) {
+  Chain c;
+  c.maxTtl(0, 60);
+  const std::string value = "\x05hello";  // any payload bytes: the applier does not decode it
+  const Cmds cmds = c.restoreCopy("k", true, 0, value, 10, kNow + 3600 * S, 12345);
+  ASSERT_EQ(cmds.size(), 4u);
+  EXPECT_EQ(cmds[0], (std::vector<std::string>{"MULTI"}));
+  ASSERT_GE(cmds[1].size(), 6u);
+  EXPECT_EQ(cmds[1][0], "RESTORE");
+  EXPECT_EQ(cmds[1][1], "k");
+  EXPECT_EQ(cmds[1][2], n(kNow + 60 * S));  // min(E, now+M)
+  EXPECT_EQ(cmds[1][4], "REPLACE");
+  EXPECT_EQ(cmds[1][5], "ABSTTL");
+  EXPECT_EQ(cmds[2], (std::vector<std::string>{"HSET", "rec", "0:k", "12345"}));
+  EXPECT_EQ(cmds[3], (std::vector<std::string>{"EXEC"}));
+
+  Chain gone;
+  EXPECT_EQ(gone.restoreCopy("k", false, 0, "", 0, 0, 7),
+            (Cmds{{"MULTI"}, {"DEL", "k"}, {"HSET", "rec", "0:k", "7"}, {"EXEC"}}));
+  // A document whose deadline has passed by now is deleted, as a snapshot key would be.
+  Chain past;
+  const Cmds expired = past.restoreCopy("k", true, 0, value, 10, kNow - S, 9);
+  EXPECT_EQ(expired, (Cmds{{"MULTI"}, {"DEL", "k"}, {"HSET", "rec", "0:k", "9"}, {"EXEC"}}));
 }
 
 }  // namespace

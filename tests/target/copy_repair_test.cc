@@ -1,0 +1,93 @@
+// The pure parts of restoring target copies that ended before a later write
+// (target/copy_repair.h, expiry-semantics.md §12): which events a restored copy holds already,
+// and which other keys a repair takes along.
+
+#include "target/copy_repair.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <unordered_map>
+
+namespace xdcr::target {
+namespace {
+
+TEST(RepairSkips, EventsUpToTheReadAreInTheCopyLaterOnesAreNot) {
+  RepairSkips s;
+  EXPECT_FALSE(s.covers(0, "k", 1));
+  s.add(0, "k", 100);
+  EXPECT_TRUE(s.covers(0, "k", 50));
+  EXPECT_TRUE(s.covers(0, "k", 100));   // the read's offset X itself: in the copy
+  EXPECT_FALSE(s.covers(0, "k", 101));  // after X: written
+  EXPECT_FALSE(s.covers(1, "k", 50));   // another db
+  EXPECT_FALSE(s.covers(0, "j", 50));   // another key
+  EXPECT_EQ(s.until(0, "k"), std::optional<uint64_t>(100));
+  // A second read moves X on, never back.
+  s.add(0, "k", 200);
+  s.add(0, "k", 150);
+  EXPECT_EQ(s.until(0, "k"), std::optional<uint64_t>(200));
+}
+
+TEST(RepairSkips, PassingEveryReadForgetsThemAll) {
+  RepairSkips s;
+  s.add(0, "a", 10);
+  s.add(2, "b", 20);
+  s.passed(20);
+  EXPECT_EQ(s.size(), 2u);  // a unit ending at 20 is still covered for b
+  s.passed(21);
+  EXPECT_TRUE(s.empty());
+  EXPECT_FALSE(s.covers(2, "b", 15));
+  EXPECT_EQ(RepairSkips::field(3, "x:y"), "3:x:y");
+}
+
+TEST(MultiKeyLog, AChangeAfterTheGoneWriteLinksItsKeysTransitively) {
+  MultiKeyLog log;
+  log.add(5, {{0, "k"}, {0, "old"}});  // before the write that found k gone: irrelevant
+  log.add(20, {{0, "k"}, {0, "j"}});   // RENAME k j after it: j may hold k's fragment
+  log.add(30, {{0, "j"}, {1, "m"}});   // then j into m
+  log.add(40, {{0, "x"}, {0, "y"}});   // unrelated
+  const auto keys = log.closure({0, "k"}, 10);
+  EXPECT_EQ(keys, (std::vector<MultiKeyLog::Key>{{0, "k"}, {0, "j"}, {1, "m"}}));
+  log.prune(25);
+  EXPECT_EQ(log.size(), 2u);
+  EXPECT_EQ(log.closure({0, "k"}, 10), (std::vector<MultiKeyLog::Key>{{0, "k"}}));
+}
+
+TEST(CopyDeadlines, AgreesWithAMapThroughGrowthAndDeletions) {
+  CopyDeadlines table;
+  std::unordered_map<uint64_t, int64_t> model;
+  std::mt19937_64 rng(7);
+  for (int step = 0; step < 200000; ++step) {
+    // Few distinct hashes (collisions and long probe runs), 0 among them.
+    const uint64_t h = rng() % 5000 == 0 ? 0 : (rng() % 3000) * 0x100000001ULL;
+    switch (rng() % 3) {
+      case 0:
+      case 1: {
+        const int64_t ms = static_cast<int64_t>(rng() % 4) == 0 ? 0 : 1'700'000'000'001 + step;
+        table.set(h, ms);
+        model[h] = ms == 0 ? 0 : (ms + 999) / 1000 * 1000;  // rounded up, never early
+        break;
+      }
+      default:
+        table.erase(h);
+        model.erase(h);
+    }
+  }
+  ASSERT_EQ(table.size(), model.size());
+  for (uint64_t k = 0; k < 3000; ++k) {
+    const uint64_t h = k * 0x100000001ULL;
+    auto it = model.find(h);
+    ASSERT_EQ(table.find(h), it == model.end() ? std::nullopt : std::optional<int64_t>(it->second))
+        << "hash " << h;
+  }
+  EXPECT_LE(table.bytes(), model.size() * 12 * 4 / 3 * 2 + 12 * 1024);
+}
+
+TEST(RepairReason, NamesAreTheMetricLabels) {
+  EXPECT_EQ(repairReasonName(RepairReason::ExpiredBeforeWrite), "expired_before_write");
+  EXPECT_EQ(repairReasonName(RepairReason::ClampedBeforeWrite), "clamped_before_write");
+  EXPECT_EQ(repairReasonName(RepairReason::FieldExpiredBeforeWrite), "field_expired_before_write");
+}
+
+}  // namespace
+}  // namespace xdcr::target
