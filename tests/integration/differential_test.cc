@@ -1958,7 +1958,8 @@ class DifferentialRun {
       }
       case Kind::SetKeepTtl:
         check(after[0].deadline == before[0].deadline, "KEEPTTL changed the deadline");
-        model_.write(id(0), WriteKind::KeepTtl, 0, before[0].value, after[0].value, now, what);
+        model_.write(id(0), WriteKind::KeepTtl, after[0].deadline, before[0].value, after[0].value,
+                     now, what);
         break;
       case Kind::MSet:
       case Kind::MSetNx:
@@ -2051,8 +2052,8 @@ class DifferentialRun {
       case Kind::IncrByFloat:
         // Reaches the stream as SET k <value> KEEPTTL: the target keeps its deadline.
         check(after[0].deadline == before[0].deadline, "INCRBYFLOAT changed the deadline");
-        model_.write(id(0), WriteKind::KeepTtl, 0, before[0].value, after[0].value, now,
-                     what + " (stream: SET … KEEPTTL)");
+        model_.write(id(0), WriteKind::KeepTtl, after[0].deadline, before[0].value, after[0].value,
+                     now, what + " (stream: SET … KEEPTTL)");
         break;
       case Kind::HDel:
       case Kind::SAdd:

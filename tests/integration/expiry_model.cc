@@ -151,6 +151,7 @@ std::string ExpiryModel::setDeadline(TargetKey& t, int64_t deadline, int64_t now
   if (deadline != 0 && deadline <= now) {
     // Expired on arrival (§4): never a live copy on the target.
     t.exists = false;
+    t.ended_by_target = true;
     t.deadline = deadline;
     t.first_s = 0;  // a DEL: its next write starts a new lifetime (§8.4)
     ++stats_.expired_on_arrival;
@@ -158,6 +159,22 @@ std::string ExpiryModel::setDeadline(TargetKey& t, int64_t deadline, int64_t now
   }
   t.deadline = deadline;
   return "T=" + describeDeadline(deadline);
+}
+
+void ExpiryModel::restoreCopy(TargetKey& t, int64_t e, int64_t now, const std::string& what) {
+  // The document read back and written as a snapshot key (§12.2): §4 / §8 of its deadline E
+  // at the read, which the write about to be applied sets or keeps.
+  const KeyId& id = t.id;
+  const int64_t m = maxTtlMs(id);
+  const Policy pol = policyOf(id);
+  const int64_t replicated = config_.strip_ttl ? 0 : e;
+  int64_t deadline = clamp(replicated, m, now);
+  if (pol.any()) deadline = policyDeadline(replicated, pol, touchFirst(t, pol, now), now);
+  t.exists = true;
+  t.ended_by_target = false;
+  log(t, "[" + rel(now) + "] " + what +
+             " -> the target had ended its copy: restored whole (§12), " +
+             setDeadline(t, deadline, now));
 }
 
 void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Value& before,
@@ -171,6 +188,12 @@ void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Va
   ++stats_.writes;
   TargetKey& t = slot(*target);
   const int64_t m = maxTtlMs(*target);
+  // §12: a write that keeps the key's value or deadline reaching a copy the target ended is
+  // preceded by the whole source document, as a snapshot key would be written (clamp(E)).
+  const bool restored = (kind == WriteKind::InPlace || kind == WriteKind::KeepTtl) &&
+                        !t.presentAt(now) && t.endedByTargetAt(now) && before.exists() &&
+                        t.value == before;
+  if (restored) restoreCopy(t, e, now, what);
   const bool was_present = t.presentAt(now);
   const bool in_sync_before = t.value_known && (was_present ? t.value == before : !before.exists());
   const Policy pol = policyOf(*target);
@@ -309,6 +332,7 @@ void ExpiryModel::expireAt(const KeyId& source, int64_t e, int64_t now, const st
     deadlineOnly(t, pol, config_.strip_ttl ? 0 : e, now, what);
     return;
   }
+  if (!t.presentAt(now) && t.endedByTargetAt(now)) restoreCopy(t, e, now, what);
   if (!t.presentAt(now)) {
     effect = "no target copy: nothing";
   } else if (config_.strip_ttl) {
@@ -330,6 +354,9 @@ void ExpiryModel::deadlineOnly(TargetKey& t, const Policy& pol, int64_t e, int64
   const int64_t first = touchFirst(t, pol, now);
   const int64_t deadline = policyDeadline(e, pol, first, now);
   std::string effect;
+  if (!(config_.strip_ttl && deadline == 0) && !t.presentAt(now) && t.endedByTargetAt(now)) {
+    restoreCopy(t, e, now, what);
+  }
   if (config_.strip_ttl && deadline == 0) {
     effect = "stripped, no policy deadline: nothing";
   } else if (!t.presentAt(now)) {
@@ -356,6 +383,7 @@ void ExpiryModel::persist(const KeyId& source, int64_t now, const std::string& w
     deadlineOnly(t, pol, 0, now, what);
     return;
   }
+  if (!t.presentAt(now) && t.endedByTargetAt(now)) restoreCopy(t, 0, now, what);
   if (!t.presentAt(now)) {
     effect = "no target copy: nothing";
   } else if (m > 0) {
@@ -398,6 +426,7 @@ void ExpiryModel::remove(const KeyId& source, RemoveCause cause, int64_t now,
              "s): the target keeps its copy until T=" + describeDeadline(t.deadline);
   } else {
     t.exists = false;
+    t.ended_by_target = false;
     t.first_s = 0;  // §8.4: forgotten, the next write starts anew
     effect = "target copy removed";
   }

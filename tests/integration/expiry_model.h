@@ -79,9 +79,21 @@ struct TargetKey {
   // target key, 0 = none.
   int64_t first_s = 0;
   std::vector<std::string> history;
+  // Absent because the target ended it (expired on arrival), not because the source removed it.
+  bool ended_by_target = false;
 
   /** Present at time `t`: written, not removed, and its deadline (if any) after `t`. */
   bool presentAt(int64_t t) const { return exists && (deadline == 0 || deadline > t); }
+  /**
+   * expiry-semantics.md §12: the copy is absent at `t` because the target ended it — its
+   * deadline passed, or it was expired on arrival — while the source still holds the key. A
+   * deadline change or a write that reaches it restores the whole source document (the value
+   * the model last knew the source to hold).
+   */
+  bool endedByTargetAt(int64_t t) const {
+    return value_known && value.exists() &&
+           (exists ? deadline != 0 && deadline <= t : ended_by_target);
+  }
 };
 
 enum class RemoveCause { Deletion, Expiration };
@@ -128,6 +140,9 @@ class ExpiryModel {
    * WriteKind::Deadline and the source's current deadline for WriteKind::InPlace. */
   void write(const KeyId& source, WriteKind kind, int64_t e, const Value& before,
              const Value& after, int64_t now, const std::string& what);
+  /** expiry-semantics.md §12: the copy the target ended, restored with the source's deadline
+   *  `e` (the value is the one the model holds for the key). */
+  void restoreCopy(TargetKey& t, int64_t e, int64_t now, const std::string& what);
   /** PEXPIREAT k E (any flag) that took effect on the source, with E in the future. */
   void expireAt(const KeyId& source, int64_t e, int64_t now, const std::string& what);
   /** PERSIST k that took effect on the source. */

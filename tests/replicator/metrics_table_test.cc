@@ -213,7 +213,8 @@ TEST(MetricsTable, TheSpoolIsAGauge) {
 TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
   PipelineStats stats;
   stats.link_detachments = 2;
-  stats.full_syncs = 5;  // not a /status field
+  stats.full_syncs = 5;               // not a /status field
+  stats.copies_restored_clamped = 3;  // a family of parts: one object
   PipelineMetrics pm;
   pm.name = "p";
   pm.stats = &stats;
@@ -227,7 +228,11 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
                                          "catchup_eta_seconds": 0.0,
                                          "link_detachments": 2, "bandwidth_limit": 2000000,
                                          "bandwidth_throttled_seconds":
-                                           {"read": 0.0, "write": 1.25}})"))
+                                           {"read": 0.0, "write": 1.25},
+                                         "copies_restored": {"expired_before_write": 0,
+                                           "clamped_before_write": 3,
+                                           "field_expired_before_write": 0},
+                                         "copies_unrecoverable": 0})"))
       << j.dump();
   EXPECT_TRUE(j["bandwidth_limit"].is_number_unsigned());
   EXPECT_TRUE(j["bandwidth_throttled_seconds"]["read"].is_number_float());
@@ -245,6 +250,9 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
                                       R"("bandwidth_limit":0,)"
                                       R"("bandwidth_throttled_seconds":{"read":0.0,"write":0.0},)"
                                       R"("catchup_eta_seconds":0.0,)"
+                                      R"("copies_restored":{"clamped_before_write":3,)"
+                                      R"("expired_before_write":0,"field_expired_before_write":0},)"
+                                      R"("copies_unrecoverable":0,)"
                                       R"("lag_seconds":0.0,"link_detachments":2})");
 }
 
