@@ -34,7 +34,8 @@ class SlidingTest : public ::testing::Test {
 
   /** The agent's config; `buckets`: the target's YAML `buckets:` value ("" for none);
    *  `source_port`: where the agent reads the source (0: the source itself). */
-  std::string yaml(const std::string& buckets = "", uint16_t source_port = 0) {
+  std::string yaml(const std::string& buckets = "", uint16_t source_port = 0,
+                   const std::string& pipeline_extra = "") {
     return "agent: {state_dir: " + dir_.file("state") + ", admin_listen: \"" + admin_ +
            "\"}\n"
            "clusters:\n"
@@ -47,7 +48,8 @@ class SlidingTest : public ::testing::Test {
            "}\n"
            "pipelines:\n"
            "  - {name: " +
-           kPipeline + ", source: src, target: dst, checkpoint_interval: 1s}\n";
+           kPipeline + ", source: src, target: dst, checkpoint_interval: 1s" + pipeline_extra +
+           "}\n";
   }
   void startAgent(const std::string& text) {
     writeFileText(config_, text);
@@ -140,7 +142,10 @@ class SlidingTest : public ::testing::Test {
     for (size_t i = 0; i < keys.size(); ++i) {
       ++d.checked;
       std::string what;
-      if (s[i].type == "none") {
+      if (s[i].type == "none" && t[i].type != "none") {
+        ++d.contents;  // the source no longer has it: neither may the target
+        what = "on the target (" + t[i].type + "), not on the source";
+      } else if (s[i].type == "none") {
         ++d.not_on_source;
         what = "not on the source";
       } else if (t[i].type == "none") {
@@ -353,21 +358,35 @@ TEST_F(SlidingTest, RenewalsArrivingWithinTheWansDelayOfEachDeadlineLoseNothing)
   // A last late renewal for a minute: the copies are restored, and stay long enough to compare.
   renewFor(keys, 60, 1, 1980ms);
   ASSERT_TRUE(caughtUp()) << agent_->logTail();
-  const Diff d = compare(target_, keys);
-  std::cout << "[ sliding  ] 40 ms WAN, renewals 1.98 s apart for 2 s sessions: " << d.summary()
-            << "; restored " << restored("expired_before_write") << "\n";
+  // Renewals 20 ms before each deadline leave the test itself little slack: on a busy machine
+  // some arrive late on the source too and those sessions end there (and must on the target).
+  // The check needs most to have lived, and every one the source holds on the target.
+  Diff d = compare(target_, keys);
+  const int lived = d.checked - d.not_on_source;
+  EXPECT_GE(lived, static_cast<int>(keys.size()) / 2)
+      << "too few sessions survived the test's own renewals: " << d.summary();
+  d.not_on_source = 0;
+  std::cout << "[ sliding  ] 40 ms WAN, renewals 1.98 s apart for 2 s sessions: " << lived
+            << " alive on the source; " << d.summary() << "; restored "
+            << restored("expired_before_write") << "\n";
   EXPECT_TRUE(d.ok()) << d.summary() << "\n" << agent_->logTail(20);
-  EXPECT_GE(restored("expired_before_write"), 3000);
+  EXPECT_GE(restored("expired_before_write"), lived);
   EXPECT_EQ(unrecoverable(), 0);
   ASSERT_TRUE(waitReplicaCaughtUp(source_, far_replica, 30s));
-  const Diff native = compareOnce(far_replica, keys, nullptr);
+  Diff native = compareOnce(far_replica, keys, nullptr);
+  native.not_on_source = 0;  // (as above)
   std::cout << "[ native   ] a native replica across the same WAN: " << native.missing << " of "
-            << keys.size() << " lost\n";
+            << lived << " lost\n";
   EXPECT_TRUE(native.ok()) << native.summary();
 }
 
 TEST_F(SlidingTest, KilledDuringTheCatchUpTheCountersStayExact) {
-  startAgent(yaml());
+  // A catch-up held to 50 KB/s, killed once the target holds restored copies: the replay after
+  // the restart must not apply their INCRs a second time (the records written with the copies,
+  // expiry-semantics.md §12.2 step 5, or the replay stamp). NOTE: with the records ignored on
+  // replay this test still passed (3 runs): it does not yet isolate the records' part.
+  const std::string throttled = ", bandwidth_limit: 50KB";
+  startAgent(yaml("", 0, throttled));
   std::vector<std::string> keys;
   for (int i = 0; i < 300; ++i) keys.push_back("rate:" + std::to_string(i));
   auto round = [&](const std::string& ttl = "3") {
@@ -385,9 +404,18 @@ TEST_F(SlidingTest, KilledDuringTheCatchUpTheCountersStayExact) {
     round();
     std::this_thread::sleep_for(200ms);
   }
+  // The last paused round gives them two minutes: the copies the catch-up restores (read at the
+  // source's head) stay alive through the kill, so a replay would INCR them again.
+  round("120");
   ASSERT_NO_FATAL_FAILURE(resume());
-  // Killed as soon as the catch-up has restored some copies (restored, not yet checkpointed).
-  ASSERT_TRUE(waitUntil([&] { return restored("expired_before_write") >= 1; }, 30s, 20ms))
+  // Killed once the target holds restored copies (their records are written with them), the
+  // catch-up still behind the reads they came from.
+  const std::string records = std::string("__xdcr_marker__:") + kPipeline + ":restored";
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return target_.client().command({"HLEN", records}).integer() >= 100;
+      },
+      60s, 20ms))
       << agent_->logTail();
   const double before_kill = restored("expired_before_write");
   agent_->kill();
@@ -395,9 +423,9 @@ TEST_F(SlidingTest, KilledDuringTheCatchUpTheCountersStayExact) {
     round();
     std::this_thread::sleep_for(200ms);
   }
-  startAgent(yaml());
+  startAgent(yaml("", 0, throttled));
   round("120");  // the last round keeps them long enough to compare
-  ASSERT_TRUE(caughtUp()) << agent_->logTail();
+  ASSERT_TRUE(caughtUp(120s)) << agent_->logTail();
   const Diff d = compare(target_, keys);
   std::cout << "[ sliding  ] SIGKILL in the catch-up after " << before_kill
             << " restores: " << d.summary() << "\n";
