@@ -568,6 +568,11 @@ int64_t Applier::copyDeadline(const Dest& d, int64_t e_target) {
 }
 
 bool Applier::copyMayBeGone(const Dest& d, int64_t e_target, int64_t now) {
+  // Under a collection policy a write that creates a key (after an earlier write emptied it)
+  // and one that finds an ended copy are written differently (§8.1: in-place writes do not
+  // fill, a restored document does); the agent cannot tell them apart from the target's reply.
+  // Not guarded there: a renewal still restores (its PEXPIREAT answers 0).
+  if (d.policy != nullptr) return false;
   const int64_t t = copyDeadline(d, e_target);
   return t != 0 && t <= now + guard_margin_ms_;
 }
@@ -606,7 +611,9 @@ void Applier::watchNext(WatchKind kind, RepairReason reason, const Event& ev, in
 
 bool Applier::guardCopy(const Dest& d, const Event& ev, int64_t e_target, int64_t now) {
   if (!watch_copies_ || !copyMayBeGone(d, e_target, now)) return false;
-  watchNext(WatchKind::Guard, reasonFor(d, e_target, now), ev);
+  // With the copy's deadline: a copy found gone before it was due did not expire — an earlier
+  // write of the stream emptied it (LPOP of the last element, SREM, …) and this one creates it.
+  watchNext(WatchKind::Guard, reasonFor(d, e_target, now), ev, copyDeadline(d, e_target));
   cmd(2);
   bulk("EXISTS");
   bulkKey(d);

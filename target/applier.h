@@ -116,7 +116,7 @@ class Applier {
     std::string key;
     int from_db = 0;  // RENAME/COPY/MOVE: the other key (read back along with it)
     std::string from_key;
-    int64_t deadline_ms = 0;  // Late: the copy's deadline on the target's clock
+    int64_t deadline_ms = 0;  // Late, Guard: the copy's deadline on the target's clock (0: ?)
     /** finishUnit(): which of the commands it returned answers (an EXEC, or the write itself).
      *  appendUnitToGroup(): unused; the group's EXEC answers (Sink::closeGroup knows which). */
     size_t reply = 0;

@@ -16,6 +16,9 @@ using namespace net::experimental::awaitable_operators;
 namespace {
 // How long a checkpoint's marker waits for a Sentinel-managed target's replica (WAIT).
 constexpr std::chrono::milliseconds kWaitTimeout{2000};
+// A guarded copy answered gone within this of its deadline counts as expired (the agent's view
+// of the target's clock is measured, not exact).
+constexpr int64_t kDueTolerance = 100;
 }  // namespace
 
 RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
@@ -214,8 +217,13 @@ void RedisSink::onWatchedReply(uint64_t seq, const resp::ReplyInfo& reply) {
     }
     bool gone = false;
     switch (w.kind) {
-      case Applier::WatchKind::Renewal:
       case Applier::WatchKind::Guard:
+        // Gone before its deadline (answered before it was due): not expired but emptied by an
+        // earlier write of the stream (LPOP of the last element, …); this write creates it.
+        gone = type == resp::ReplyType::Integer && integer == 0 &&
+               (w.deadline_ms == 0 || target_clock_.nowMs() >= w.deadline_ms - kDueTolerance);
+        break;
+      case Applier::WatchKind::Renewal:
       case Applier::WatchKind::CopyMove:
         gone = type == resp::ReplyType::Integer && integer == 0;
         break;

@@ -190,9 +190,10 @@ void ExpiryModel::write(const KeyId& source, WriteKind kind, int64_t e, const Va
   const int64_t m = maxTtlMs(*target);
   // §12: a write that keeps the key's value or deadline reaching a copy the target ended is
   // preceded by the whole source document, as a snapshot key would be written (clamp(E)).
+  // (Not under a collection policy: there only a renewal restores, §12.4.)
   const bool restored = (kind == WriteKind::InPlace || kind == WriteKind::KeepTtl) &&
-                        !t.presentAt(now) && t.endedByTargetAt(now) && before.exists() &&
-                        t.value == before;
+                        !policyOf(*target).any() && !t.presentAt(now) && t.endedByTargetAt(now) &&
+                        before.exists() && t.value == before;
   if (restored) restoreCopy(t, e, now, what);
   const bool was_present = t.presentAt(now);
   const bool in_sync_before = t.value_known && (was_present ? t.value == before : !before.exists());
