@@ -5,8 +5,6 @@
 #include <fmt/format.h>
 
 namespace xdcr {
-namespace {
-
 /** The value of `field:` in INFO text, or empty. */
 std::string_view infoField(std::string_view info, std::string_view field) {
   for (size_t at = 0; at < info.size();) {
@@ -22,6 +20,8 @@ std::string_view infoField(std::string_view info, std::string_view field) {
   }
   return {};
 }
+
+namespace {
 
 bool parseVersion(std::string_view v, ServerInfo& out) {
   int parts[3] = {0, 0, 0};

@@ -8,6 +8,9 @@
 
 namespace xdcr {
 
+/** The value of `field:` in INFO text, or empty. */
+std::string_view infoField(std::string_view info, std::string_view field);
+
 struct ServerInfo {
   bool known = false;   // INFO answered with a version (a user without +info: unknown)
   bool valkey = false;  // valkey_version / server_name:valkey (Valkey 8+ also says redis_version)

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/redis_conn.h"
+#include "common/server_info.h"
 
 namespace xdcr::source {
 
@@ -25,26 +26,6 @@ std::vector<std::vector<std::string>> documentReadCommands(const std::vector<Doc
   cmds.push_back({"EXEC"});
   return cmds;
 }
-
-namespace {
-
-/** "name:value" of an INFO section. */
-std::string_view infoField(std::string_view info, std::string_view name) {
-  for (size_t at = 0; at < info.size();) {
-    size_t end = info.find('\n', at);
-    if (end == std::string_view::npos) end = info.size();
-    std::string_view line = info.substr(at, end - at);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.size() > name.size() && line.substr(0, name.size()) == name &&
-        line[name.size()] == ':') {
-      return line.substr(name.size() + 1);
-    }
-    at = end + 1;
-  }
-  return {};
-}
-
-}  // namespace
 
 Result<DocumentRead> parseDocumentRead(const std::vector<DocumentKey>& keys,
                                        const std::vector<resp::Value>& replies,
