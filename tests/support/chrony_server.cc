@@ -7,6 +7,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,6 +122,12 @@ class PortReservation {
   }
 
   uint16_t port() const { return port_; }
+  /** The socket's inode, as /proc/net/{udp,tcp} list it. A forked child (the watchdog, until it
+   * closes what it inherited) may keep the socket bound a moment after release(). */
+  unsigned long inode() const {
+    struct stat st{};
+    return fd_ >= 0 && ::fstat(fd_, &st) == 0 ? static_cast<unsigned long>(st.st_ino) : 0;
+  }
   void release() {
     if (fd_ >= 0) {
       ::close(fd_);
@@ -290,11 +297,16 @@ ChronyServer::ChronyServer(ChronyOptions o) : options_(std::move(o)), dir_("xdcr
                         std::to_string(attempt) + ": " + ntpAddress() +
                         (nts ? " nts-ke " + ntsKeAddress() : std::string()) + "\n");
       if (startOnce(&why)) {
+        // The reservation itself is not a foreign socket: the watchdog, forked while it was
+        // open, holds it until it has closed what it inherited, which on a loaded machine can
+        // be after this count.
+        const unsigned long reserved = udp ? udp->inode() : 0;
         udp.reset();
         tcp.reset();
         // Nobody else may serve the NTP port on this address: a foreign SO_REUSEADDR socket
-        // would silently take (some of) our datagrams. Counted once our reservation is gone.
-        const auto sharing = boundInodes("/proc/net/udp", addr, port_, false);
+        // would silently take (some of) our datagrams.
+        auto sharing = boundInodes("/proc/net/udp", addr, port_, false);
+        std::erase(sharing, reserved);
         if (sharing.size() == 1) {
           return;
         }
