@@ -234,10 +234,32 @@ Result<target::ReplaySkip> Pipeline::checkMarkers(const target::MarkerState& m) 
                           m.present ? "\"" + m.marker + "\"" : "missing");
     }
   } else {
-    for (const auto& [where, token] : m.node_markers) {
+    const int64_t age_ms = clock_.nowMs() - resume_->written_at_ms;
+    for (const auto& node : m.node_markers) {
+      const std::string& where = node.first;
+      const std::optional<std::string>& token = node.second;
       if (token && ours(*token)) continue;
+      const auto u =
+          std::find_if(m.unmarked.begin(), m.unmarked.end(),
+                       [&](const target::UnmarkedMaster& x) { return x.address == where; });
+      if (u != m.unmarked.end()) {
+        if (auto why = target::markerMovedAway(*u, m.node_markers.size(), m.marker_keys_by_token,
+                                               age_ms)) {
+          spdlog::info(
+              "pipeline {}: master {} of target {} holds no marker of the checkpoint at "
+              "offset {}, and lost nothing: {}",
+              pipeline_.name, where, target_cluster_.name, from, *why);
+          continue;
+        }
+      }
       found = fmt::format("the marker on master {} is {}", where,
                           token ? "\"" + *token + "\"" : "missing");
+      if (u != m.unmarked.end()) {
+        found += fmt::format(" (it has run for {}, {} s since the checkpoint{})",
+                             u->uptime_ms < 0 ? std::string("an unknown time")
+                                              : fmt::format("{} s", u->uptime_ms / 1000),
+                             age_ms / 1000, u->promoted ? ", and was promoted from replica" : "");
+      }
       break;
     }
   }

@@ -1,6 +1,7 @@
 #include "target/cluster_sink.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -8,6 +9,7 @@
 #include "common/cluster_slot.h"
 #include "common/limits.h"
 #include "common/redis_conn.h"
+#include "common/server_info.h"
 #include "source/command_table.h"
 #include "target/marker.h"
 
@@ -46,11 +48,11 @@ std::string ClusterSink::markerKeyFor(size_t m) const {
   return fmt::format("{}{{{}}}", marker_prefix_, cluster::slotTag(std::max(slot, 0)));
 }
 
-net::awaitable<Result<std::optional<std::string>>> ClusterSink::findMarker(
-    RedisConnection& conn, const RedisEndpoint& endpoint,
-    const std::vector<std::string>& accepted) {
+net::awaitable<Result<std::vector<std::pair<std::string, std::string>>>> ClusterSink::scanMarkers(
+    RedisConnection& conn, const std::vector<std::string>& accepted, bool first_only) {
   constexpr auto kTimeout = std::chrono::seconds(10);
   constexpr int kMaxPages = 256;  // x COUNT 1000: about 256,000 keys looked at, at most
+  std::vector<std::pair<std::string, std::string>> found;
   std::string pattern;
   for (char ch : marker_prefix_) {
     if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern.push_back('\\');
@@ -71,16 +73,68 @@ net::awaitable<Result<std::optional<std::string>>> ClusterSink::findMarker(
       if (!g) co_return fail(g.error());
       if ((*g)[0].type == resp::ReplyType::Bulk &&
           std::find(accepted.begin(), accepted.end(), (*g)[0].str) != accepted.end()) {
-        spdlog::info("{}: the marker of {} is {} (its lowest slot changed since it was written)",
-                     label_, endpoint.address(), key.str);
-        last_markers_.emplace_back(key.str, (*g)[0].str);
-        co_return std::optional<std::string>((*g)[0].str);
+        found.emplace_back(key.str, (*g)[0].str);
+        if (first_only) co_return found;
       }
     }
     cursor = v.elements[0].str;
     if (cursor == "0") break;
   }
-  co_return std::optional<std::string>();
+  co_return found;
+}
+
+net::awaitable<Result<std::optional<std::string>>> ClusterSink::findMarker(
+    RedisConnection& conn, const RedisEndpoint& endpoint,
+    const std::vector<std::string>& accepted) {
+  auto found = co_await scanMarkers(conn, accepted, true);
+  if (!found) co_return fail(found.error());
+  if (found->empty()) co_return std::optional<std::string>();
+  const auto& [key, token] = found->front();
+  spdlog::info("{}: the marker of {} is {} (its lowest slot changed since it was written)", label_,
+               endpoint.address(), key);
+  last_markers_.emplace_back(key, token);
+  co_return std::optional<std::string>(token);
+}
+
+net::awaitable<Status> ClusterSink::readUnmarked(const std::vector<std::string>& accepted,
+                                                 const std::vector<bool>& marked,
+                                                 MarkerState& state) {
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  const SlotMap& map = target_.slotMap();
+  for (size_t m = 0; m < map.masters().size(); ++m) {
+    const ClusterNode& node = map.masters()[m];
+    RedisConnection conn(co_await net::this_coro::executor,
+                         fmt::format("{} node {} marker search", label_, node.address()));
+    if (Status s =
+            co_await conn.connect(target_cluster_.endpointAt(node.host, node.port), kTimeout);
+        !s) {
+      co_return s;
+    }
+    auto keys = co_await scanMarkers(conn, accepted, false);
+    if (!keys) co_return fail(keys.error());
+    for (const auto& [key, token] : *keys) ++state.marker_keys_by_token[token];
+    if (marked[m]) continue;
+    const std::vector<std::vector<std::string>> info = {{"INFO", "server"},
+                                                        {"INFO", "replication"}};
+    auto r = co_await conn.callMany(info, kTimeout);
+    if (!r) co_return fail(r.error());
+    UnmarkedMaster u;
+    u.address = node.address();
+    if ((*r)[0].type == resp::ReplyType::Bulk) {
+      const std::string_view up = infoField((*r)[0].str, "uptime_in_seconds");
+      int64_t seconds = -1;
+      if (std::from_chars(up.data(), up.data() + up.size(), seconds).ec == std::errc() &&
+          seconds >= 0) {
+        u.uptime_ms = seconds * 1000;
+      }
+    }
+    // Unknown (an error reply, a field missing): counted as promoted, so not trusted.
+    u.promoted = (*r)[1].type != resp::ReplyType::Bulk ||
+                 infoField((*r)[1].str, "second_repl_offset") != "-1";
+    state.unmarked.push_back(std::move(u));
+    conn.close();
+  }
+  co_return Status{};
 }
 
 net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
@@ -89,6 +143,7 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
   MarkerState state;
   last_markers_.clear();
   const SlotMap& map = target_.slotMap();
+  std::vector<bool> marked;  // per master: an accepted marker found on it
   for (size_t m = 0; m < map.masters().size(); ++m) {
     const ClusterNode& node = map.masters()[m];
     RedisConnection conn(co_await net::this_coro::executor,
@@ -140,12 +195,19 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
       if (!found) co_return fail(found.error());
       if (*found) value = *found;
     }
+    marked.push_back(value &&
+                     std::find(accepted.begin(), accepted.end(), *value) != accepted.end());
     state.node_markers.emplace_back(node.address(), value);
     for (size_t i = 0; i < slots.size(); ++i) {
       const resp::Value& st = (*r)[i + 1];
       if (st.type == resp::ReplyType::Bulk) state.slot_stamps.emplace_back(slots[i], st.str);
     }
     conn.close();
+  }
+  if (!accepted.empty() && std::find(marked.begin(), marked.end(), false) != marked.end()) {
+    // A master without one: what the pipeline needs to tell a marker a reshard carried to
+    // another master from a master that lost data (markerMovedAway).
+    if (Status s = co_await readUnmarked(accepted, marked, state); !s) co_return fail(s.error());
   }
   co_return state;
 }

@@ -119,6 +119,14 @@ class ClusterSink final : public Sink {
   static constexpr int kBroadcast = -1;
   static constexpr int kAnyNode = -2;
 
+  /** This pipeline's marker keys holding one of `accepted` on the master `conn` is connected
+   *  to, (key, token): a bounded SCAN, stopping at the first with `first_only`. */
+  net::awaitable<Result<std::vector<std::pair<std::string, std::string>>>> scanMarkers(
+      RedisConnection& conn, const std::vector<std::string>& accepted, bool first_only);
+  /** Fills state.unmarked (uptime, promoted) for the masters not `marked` and
+   *  state.marker_keys_by_token over every master. */
+  net::awaitable<Status> readUnmarked(const std::vector<std::string>& accepted,
+                                      const std::vector<bool>& marked, MarkerState& state);
   /** A marker of this pipeline holding one of `accepted` anywhere on the master `conn` is
    *  connected to (a bounded SCAN; nullopt: none found). */
   net::awaitable<Result<std::optional<std::string>>> findMarker(

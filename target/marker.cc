@@ -42,4 +42,23 @@ bool markerWriterIsNewer(std::string_view theirs, std::string_view ours) {
   return theirs > ours;  // started in the same millisecond: a fixed order all agents agree on
 }
 
+std::optional<std::string> markerMovedAway(const UnmarkedMaster& master, size_t masters,
+                                           const std::map<std::string, int64_t>& keys_by_token,
+                                           int64_t checkpoint_age_ms) {
+  if (master.promoted || master.uptime_ms < 0 || checkpoint_age_ms < 0 ||
+      master.uptime_ms <= checkpoint_age_ms + kUnmarkedUptimeMarginMs) {
+    return std::nullopt;
+  }
+  for (const auto& [token, keys] : keys_by_token) {
+    if (masters > 0 && keys >= static_cast<int64_t>(masters)) {
+      return fmt::format(
+          "its marker moved with its slot to another master (a reshard since the checkpoint): "
+          "{} markers of token {} on {} masters, and it has run for {} s, since before the "
+          "checkpoint ({} s ago)",
+          keys, token, masters, master.uptime_ms / 1000, checkpoint_age_ms / 1000);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace xdcr::target

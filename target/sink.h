@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,7 @@
 #include "source/document_read.h"
 #include "source/event.h"
 #include "target/first_seen.h"
+#include "target/marker.h"
 
 namespace xdcr::target {
 
@@ -55,6 +57,13 @@ struct MarkerState {
   std::vector<std::pair<std::string, std::optional<std::string>>> node_markers;
   /** A Redis Cluster target: the replay stamp of every slot that has one, (slot, stamp). */
   std::vector<std::pair<int, std::string>> slot_stamps;
+  /**
+   * A Redis Cluster target where a master holds no accepted marker: those masters, and for each
+   * accepted token how many of this pipeline's marker keys hold it on all masters (what tells
+   * a marker a reshard carried away from a master that lost data: markerMovedAway).
+   */
+  std::vector<UnmarkedMaster> unmarked;
+  std::map<std::string, int64_t> marker_keys_by_token;
 };
 
 /** What a replay after a restart may skip: the target already applied it (replay stamps). */

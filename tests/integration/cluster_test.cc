@@ -11,6 +11,9 @@
 //     SourceFailovers   a source master fails over gracefully, then FORCE: that shard resumes by
 //                       +CONTINUE (its xdcr_full_syncs_total unchanged, partial syncs grew)
 //     TargetFailover    a target master fails over (FORCE)
+//   TargetMarkerMovedTest (the same clusters): a target reshard carries a master's markers away
+//     while the agent is stopped, then it is killed: not a target loss; with that master then
+//     restarted empty: a target loss
 //   StandaloneToClusterTest (standalone -> cluster 3+0, max_ttl 10m: deadlines clamped)
 //     a source MULTI over several slots is split per slot (xdcr_cross_slot_splits_total), a
 //     cross-slot RENAME is refused and counted (xdcr_target_write_failures_total{cross_slot}),
@@ -26,6 +29,8 @@
 // agent before the migration guard (34e8f05^) shows the loss the guard prevents.
 
 #include <gtest/gtest.h>
+
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -717,6 +722,102 @@ TEST_F(ClusterToClusterTest, TargetReshardUnderLoad) {
   EXPECT_EQ(metricSum(after, "xdcr_full_syncs_total").sum, 0) << after;
   EXPECT_TRUE(agent_->running()) << agent_->describeState();
   report("TargetReshardUnderLoad took " + std::to_string(msSince(started)) + " ms");
+}
+
+/** The target-loss markers ("__xdcr_marker__:<pipeline>:{tag}", not the replay stamps) on one
+ *  node, with the slot of each. */
+std::vector<std::pair<std::string, int>> markerKeysOn(const RedisServer& node) {
+  RespClient c = node.client();
+  std::vector<std::pair<std::string, int>> out;
+  std::string cursor = "0";
+  for (int page = 0; page < 1000; ++page) {
+    const RespValue r = c.command({"SCAN", cursor, "MATCH", "__xdcr_marker__:*", "COUNT", "1000"});
+    for (const RespValue& k : r.array()[1].array()) {
+      const std::string& key = k.str();
+      if (key.find(":{") != std::string::npos && key.find(":applied:") == std::string::npos) {
+        out.emplace_back(key, cluster::keySlot(key));
+      }
+    }
+    cursor = r.array()[0].str();
+    if (cursor == "0") break;
+  }
+  return out;
+}
+
+/**
+ * The agent is stopped (SIGSTOP) once every shard has checkpointed, then the slots of target
+ * master `from` that hold its markers move to `to` (MIGRATE takes the marker keys along), then
+ * the agent dies (SIGKILL) before any checkpoint writes new ones. What the restarted agent finds:
+ * `from` holds no marker of the last checkpoints, `to` holds two.
+ */
+class TargetMarkerMovedTest : public ClusterToClusterTest {
+ protected:
+  void moveMarkersWhileTheAgentIsDown(RedisServer& from, RedisServer& to) {
+    ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("mm", 105), kOpsBefore));
+    ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+    const int64_t loaded_ms = unixTimeMs();
+    for (const auto& sh : pipelineStatus()["shards"]) {
+      ASSERT_TRUE(waitShardCheckpoint(sh.value("shard", ""), loaded_ms))
+          << "no checkpoint after the load: " << pipelineStatus().dump();
+    }
+    ASSERT_EQ(::kill(agent_->pid(), SIGSTOP), 0);
+    const auto markers = markerKeysOn(from);
+    ASSERT_FALSE(markers.empty()) << "no marker on " << from.address();
+    int highest = 0;
+    for (const auto& [key, slot] : markers) highest = std::max(highest, slot);
+    const int first = target_->slotRanges(from).front().first;
+    ASSERT_LT(highest - first, kReshardSlots)
+        << "a marker of " << from.address() << " is not in the slots this test moves";
+    const ReshardResult moved = target_->reshard(from, to, kReshardSlots, 120s);
+    ASSERT_EQ(moved.slots, kReshardSlots);
+    EXPECT_TRUE(markerKeysOn(from).empty()) << "a marker stayed on " << from.address();
+    report("target reshard with the agent stopped: " + std::to_string(markers.size()) +
+           " marker key(s) of " + from.address() + " moved to " + to.address() + ", which holds " +
+           std::to_string(markerKeysOn(to).size()));
+    agent_->kill();
+  }
+};
+
+// The agent crashed after a target reshard carried a master's marker to another master, before a
+// checkpoint wrote new ones (fresh-machine run of issue 33: TargetReshardUnderLoad did a
+// target-loss resync, 100 stale keys). The master lost nothing: it has run since before the
+// checkpoint and every marker of that checkpoint is on the target. No resync; nothing lost.
+TEST_F(TargetMarkerMovedTest, AMarkerATargetReshardMovedIsNotATargetLoss) {
+  ASSERT_NO_FATAL_FAILURE(startReplicating("marker-moved", 25));
+  RedisServer& from = *target_->masters()[0];
+  RedisServer& to = *target_->masters()[2];
+  ASSERT_NO_FATAL_FAILURE(moveMarkersWhileTheAgentIsDown(from, to));
+
+  agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent.log"));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(source_->masters().size()));
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("mm2", 106), kOpsBefore));
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+  expectEqual("after a target reshard moved a marker and an agent crash", 50);
+  const std::string m = metricsText();
+  EXPECT_EQ(metricSum(m, "xdcr_target_loss_resyncs_total").sum, 0) << m;
+  EXPECT_EQ(metricSum(m, "xdcr_full_syncs_total").sum, 0) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+}
+
+// The same, and then the master whose marker left restarts empty (no persistence): its marker
+// cannot tell, but its uptime can. The restarted agent must find the loss and resync.
+TEST_F(TargetMarkerMovedTest, AMasterRestartedEmptyAfterItsMarkerMovedIsATargetLoss) {
+  ASSERT_NO_FATAL_FAILURE(startReplicating("marker-moved-lost", 26));
+  RedisServer& from = *target_->masters()[0];
+  RedisServer& to = *target_->masters()[2];
+  ASSERT_NO_FATAL_FAILURE(moveMarkersWhileTheAgentIsDown(from, to));
+  const int64_t before = dataKeysOn(from);
+  from.restart();
+  ASSERT_NO_FATAL_FAILURE(target_->waitHealthy(60s));
+  report(from.address() + " restarted empty: " + std::to_string(before) + " keys before");
+  ASSERT_GT(before, 0);
+
+  agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent.log"));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(source_->masters().size()));
+  expectEqual("after a master whose marker moved restarted empty", 50);
+  const std::string m = metricsText();
+  EXPECT_GE(metricSum(m, "xdcr_target_loss_resyncs_total").sum, 1) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
 }
 
 // 1(c): a source master fails over gracefully, then (the promoted one) by FORCE. Each time the
