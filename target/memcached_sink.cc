@@ -321,11 +321,100 @@ void MemcachedSink::touch(const source::Event& ev, int64_t e_ms, int64_t now) {
     case K::None:
       mc::appendTouch(writer_.pending(), *wk, 0);
       writer_.add(Op::Persist);
+      watchTouch(ev.db, ev.key);
       return;
     case K::At:
       mc::appendTouch(writer_.pending(), *wk, f.exptime_s);
       writer_.add(Op::Expire);
+      watchTouch(ev.db, ev.key);
       return;
+  }
+}
+
+void MemcachedSink::watchTouch(int db, std::string_view key) {
+  writer_.onReply(writer_.lastAddedSeq(), [this, db, key = std::string(key),
+                                           offset = unit_offset_](const mc::Reply& reply) {
+    if (reply.kind == mc::Reply::Kind::Miss) requestRepair(db, key, offset);
+    return Status{};
+  });
+}
+
+void MemcachedSink::requestRepair(int db, const std::string& key, uint64_t offset) {
+  // A copy restored from a read at or past this touch holds it already.
+  if (auto x = skips_.until(db, key); x && *x >= offset) return;
+  if (!requested_.emplace(db, key).second) return;
+  repairs_.emplace_back(db, key);
+  if (repairs_.size() == 1 && repair_wanted_) repair_wanted_();
+}
+
+std::vector<source::DocumentKey> MemcachedSink::takeRepairs() {
+  std::vector<source::DocumentKey> out;
+  out.swap(repairs_);
+  return out;
+}
+
+void MemcachedSink::copyUnrecoverable(const source::DocumentKey& key, const std::string& why) {
+  ++stats_.copies_unrecoverable;
+  uint64_t suppressed = 0;
+  if (repair_log_.allow(suppressed)) {
+    spdlog::error(
+        "{}: the target's copy of \"{}\" (db {}) was gone when a renewal reached it and could "
+        "not be restored: {} (counted in xdcr_target_copies_unrecoverable_total){}",
+        label_, key.second, key.first, why,
+        suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+  }
+}
+
+void MemcachedSink::restoreCopies(const source::DocumentRead& read) {
+  for (const auto& [key, why] : read.unreadable) {
+    if (requested_.erase(key) > 0) copyUnrecoverable(key, why);
+  }
+  const int64_t now = target_clock_.nowMs();
+  for (const source::SourceDocument& doc : read.docs) {
+    const source::DocumentKey key{doc.db, doc.key};
+    if (requested_.erase(key) == 0) continue;  // another pipeline's
+    // The document as a snapshot key: the filters and the deadline rules of a whole value.
+    judged_.entry = nullptr;
+    judged_.spec = nullptr;
+    judged_.effect = Effect::SnapshotKey;
+    judged_.db = doc.db;
+    judged_.key_args.clear();
+    judged_.events.resize(1);
+    source::Event& ev = judged_.events.front();
+    ev = source::Event{};
+    ev.kind = EventKind::Mutation;
+    ev.rule = source::DeadlineRule::Explicit;
+    ev.db = doc.db;
+    ev.key = doc.key;
+    ev.deadline_ms = doc.deadline_ms;
+    judged_.rdb = nullptr;
+    filter_.judge(judged_);
+    if (!ev.pass) continue;  // outside the key space now (a reload changed it)
+    skips_.add(doc.db, doc.key, read.offset);
+    if (!doc.exists) {
+      // Gone on the source too (deleted or expired by the time of the read): so on the target.
+      remove(doc.db, doc.key);
+      writer_.commit(last_offset_);
+      continue;
+    }
+    restored_payload_.type = doc.type();
+    restored_payload_.value = doc.value();
+    restored_payload_.rdb_version = doc.rdbVersion();
+    restored_payload_.flavor = restored_payload_.rdb_version >= 80 ? source::rdb::Flavor::Valkey
+                                                                   : source::rdb::Flavor::Redis;
+    std::string why;
+    const Outcome outcome = writeDocument(ev, restored_payload_, now, why);
+    writer_.commit(last_offset_);
+    // Expired by now: deleted. Not writable here (not_a_string, value_too_large, …): refused,
+    // counted in xdcr_target_write_failures_total and deleted, as any write of it is.
+    if (outcome != Outcome::Written) continue;
+    ++stats_.copies_restored_expired;
+    writer_.onReply(writer_.committedCommands(), [this, key](const mc::Reply& reply) -> Status {
+      if (!reply.isError()) return Status{};
+      --stats_.copies_restored_expired;
+      copyUnrecoverable(key, "the target refused it: " + reply.text);
+      return Status{};
+    });
   }
 }
 
@@ -373,11 +462,21 @@ void MemcachedSink::apply(const source::ResolvedUnit& unit, bool /*write*/) {
     for (const auto& c : unit.view()) applySnapshotKey(c, now);
     return;
   }
+  unit_offset_ = unit.offset_end;
+  skips_.passed(unit.offset_end);
   for (const auto& c : unit.view()) {
     judged_ = c;
     filter_.judge(judged_);
+    if (!skips_.empty()) {
+      // A key restored from a read at or past this unit holds its change already (every write
+      // here is to one key, or deletes: dropped per key).
+      for (auto& ev : judged_.events) {
+        if (ev.pass && skips_.covers(ev.db, ev.key, unit.offset_end)) ev.pass = false;
+      }
+    }
     applyChange(judged_, now);
   }
+  last_offset_ = unit.offset_end;
   writer_.commit(unit.offset_end);
 }
 
@@ -460,9 +559,34 @@ void MemcachedSink::applySnapshotKey(const source::Change& c, int64_t now) {
     ++counts_.filtered;
     return;
   }
-  const source::RdbPayload& rdb = *c.rdb;
-  uint32_t flags = 0;
   std::string why;
+  const Outcome outcome = writeDocument(ev, *c.rdb, now, why);
+  writer_.commit(writer_.ackedOffset());
+  if (outcome == Outcome::Expired) {
+    ++counts_.expired;
+    return;
+  }
+  if (outcome == Outcome::Failed) {
+    ++counts_.failed;
+    ++stats_.snapshot_keys_failed;
+    return;
+  }
+  // Copied once memcached said so.
+  ++counts_.restored;
+  writer_.onReply(writer_.committedCommands(), [this](const mc::Reply& reply) -> Status {
+    if (reply.isError()) {
+      --counts_.restored;
+      ++counts_.failed;
+      ++stats_.snapshot_keys_failed;
+    }
+    return Status{};
+  });
+}
+
+MemcachedSink::Outcome MemcachedSink::writeDocument(const source::Event& ev,
+                                                    const source::RdbPayload& rdb, int64_t now,
+                                                    std::string& why) {
+  uint32_t flags = 0;
   Outcome outcome = Outcome::Failed;
   if (rdb.flavor == source::rdb::Flavor::Valkey && rdb.type != kRdbTypeString &&
       target_cluster_.non_strings != config::NonStrings::Refuse) {
@@ -488,26 +612,7 @@ void MemcachedSink::applySnapshotKey(const source::Change& c, int64_t now) {
     refuse("not_a_string", ev.key, why);
     remove(ev.db, ev.key);  // the target must not keep an older value of it
   }
-  writer_.commit(writer_.ackedOffset());
-  if (outcome == Outcome::Expired) {
-    ++counts_.expired;
-    return;
-  }
-  if (outcome == Outcome::Failed) {
-    ++counts_.failed;
-    ++stats_.snapshot_keys_failed;
-    return;
-  }
-  // Copied once memcached said so.
-  ++counts_.restored;
-  writer_.onReply(writer_.committedCommands(), [this](const mc::Reply& reply) -> Status {
-    if (reply.isError()) {
-      --counts_.restored;
-      ++counts_.failed;
-      ++stats_.snapshot_keys_failed;
-    }
-    return Status{};
-  });
+  return outcome;
 }
 
 }  // namespace xdcr::target

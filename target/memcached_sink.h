@@ -10,8 +10,10 @@
 // counted in xdcr_target_invalidations_total. A MULTI/EXEC unit is written as its commands in
 // order: memcached has no transactions.
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "clock/clock.h"
@@ -21,6 +23,7 @@
 #include "filters/event_filter.h"
 #include "filters/key_space.h"
 #include "source/rdb_value.h"
+#include "target/copy_repair.h"
 #include "target/max_ttl.h"
 #include "target/memcached_encoder.h"
 #include "target/memcached_writer.h"
@@ -89,6 +92,16 @@ class MemcachedSink final : public Sink {
                                   std::optional<std::string_view> value = std::nullopt);
   void setFirstSeenStore(FirstSeenStore* store) override { first_seen_ = store; }
 
+  // Copies that ended before a later write (expiry-semantics.md §12): a touch memcached answers
+  // EN found its copy gone (expired, evicted, or deleted by an invalidation); the document is
+  // read back from the source and written whole. Writes are idempotent here, so no record is
+  // kept for a replay after a crash (a replayed touch misses again and reads it back again).
+  std::vector<source::DocumentKey> takeRepairs() override;
+  void setRepairWanted(std::function<void()> wanted) override {
+    repair_wanted_ = std::move(wanted);
+  }
+  void restoreCopies(const source::DocumentRead& read) override;
+
  private:
   /** Why a key was not written (xdcr_target_write_failures_total{reason}). */
   enum class Outcome { Written, Expired, Failed };
@@ -109,6 +122,14 @@ class MemcachedSink final : public Sink {
   bool encodeValue(uint8_t type, std::string_view raw, std::string& out, uint32_t& flags,
                    std::string& why);
   void applySnapshotKey(const source::Change& c, int64_t now);
+  /** A whole document (a snapshot key, a copy read back): the value as memcached stores it;
+   *  `why` set when refused (not_a_string; the key is then deleted there). */
+  Outcome writeDocument(const source::Event& ev, const source::RdbPayload& rdb, int64_t now,
+                        std::string& why);
+  /** A touch's reply: EN means the copy was gone; its document is read back. */
+  void watchTouch(int db, std::string_view key);
+  void requestRepair(int db, const std::string& key, uint64_t offset);
+  void copyUnrecoverable(const source::DocumentKey& key, const std::string& why);
 
   std::string label_;
   const config::PipelineConfig& pipeline_;
@@ -130,6 +151,15 @@ class MemcachedSink final : public Sink {
   source::rdb::Value decoded_;
   LogRateLimiter fail_log_;
   LogRateLimiter invalidate_log_;
+  // Copy repairs (§12).
+  uint64_t unit_offset_ = 0;  // the unit being applied (its end): where a touch's reply points
+  uint64_t last_offset_ = 0;  // the last unit applied
+  RepairSkips skips_;         // keys restored at X: their events in units up to X are not written
+  std::set<source::DocumentKey> requested_;   // asked for, not yet restored
+  std::vector<source::DocumentKey> repairs_;  // asked for, not yet taken by the link
+  std::function<void()> repair_wanted_;
+  LogRateLimiter repair_log_;
+  source::RdbPayload restored_payload_;
 };
 
 }  // namespace xdcr::target

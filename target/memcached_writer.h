@@ -62,6 +62,8 @@ class MemcachedWriter {
     ops_.push_back(op);
     ++uncommitted_;
   }
+  /** The number the command add()ed last will have (for onReply before its commit). */
+  uint64_t lastAddedSeq() const { return ledger_.sent() + uncommitted_; }
   /** The commands add()ed since the last commit: once they and all before them are answered,
    *  the source is applied up to `source_offset`. */
   void commit(uint64_t source_offset);

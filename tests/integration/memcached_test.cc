@@ -12,10 +12,14 @@
 //   - non_strings: dump (the source's DUMP bytes, flag 1) and refuse (not written, old value gone);
 //   - a memcached whose clock runs 30 s ahead (libfaketime): with clock.on_skew: compensate the
 //     deadlines land on memcached's timeline, with warn the skew is reported.
+//   - sliding expiration (expiry-semantics.md §12): sessions renewed while the agent is stopped,
+//     whose copies memcached expired meanwhile, are read back and written whole.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
@@ -23,6 +27,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/support/harness.h"
 
@@ -412,6 +418,86 @@ TEST_F(MemcachedTest, ClockThirtySecondsAheadReported) {
   std::cout << "[ skew     ] warn: t=" << k.ttl_s << " s on memcached's clock\n";
   EXPECT_NEAR(k.ttl_s, 970, 3) << "not compensated: memcached's clock is 30 s ahead";
   EXPECT_TRUE(waitUntil([&] { return logHas("clock skew:"); }, 10s, 100ms));
+}
+
+// Sliding expiration on memcached (issue 27, expiry-semantics.md §12): memcached expires its
+// copy of a session by itself; a renewal (a touch) that reaches it after that instant misses
+// (EN), and the agent must read the session back from the source and write it whole. The agent
+// is stopped (SIGSTOP) 20 s while 500 sessions of 10 s are renewed every 2 s. Before the change
+// the touches missed and every session stayed missing on memcached.
+TEST_F(MemcachedTest, SessionsRenewedWhileTheAgentIsStoppedAreAllOnMemcached) {
+  startMemcached();
+  startAgent("", "");
+  fence("fence:start");
+  RespClient src = source_.client(30s);
+  std::vector<std::string> keys;
+  std::vector<RespCommand> batch;
+  for (int i = 0; i < 500; ++i) {
+    keys.push_back("sess:" + std::to_string(i));
+    batch.push_back({"SET", keys.back(), "{\"user\":" + std::to_string(i) + "}", "EX", "10"});
+  }
+  src.pipeline(batch);
+  fence("fence:sessions");
+  auto renew = [&](int ttl_s) {
+    std::vector<RespCommand> b;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i % 3 == 0) b.push_back({"EXPIRE", keys[i], std::to_string(ttl_s)});
+      if (i % 3 == 1) b.push_back({"GETEX", keys[i], "EX", std::to_string(ttl_s)});
+      if (i % 3 == 2) b.push_back({"PEXPIRE", keys[i], std::to_string(ttl_s * 1000)});
+    }
+    for (const RespValue& r : src.pipeline(b)) ASSERT_FALSE(r.isError()) << r.toString();
+  };
+  auto renewFor = [&](int rounds) {
+    auto next = std::chrono::steady_clock::now();
+    for (int r = 0; r < rounds; ++r) {
+      next += 2s;
+      std::this_thread::sleep_until(next);
+      renew(10);
+    }
+  };
+  ASSERT_EQ(::kill(agent_->pid(), SIGSTOP), 0);
+  renewFor(10);  // 20 s: memcached's copies expire meanwhile
+  int gone = 0;
+  for (const auto& k : keys) gone += mc_->get(k).present ? 0 : 1;
+  ASSERT_EQ(::kill(agent_->pid(), SIGCONT), 0);
+  renewFor(3);
+  renew(120);  // long enough to compare
+  fence("fence:renewed");
+  int missing = 0, other = 0, deadline = 0;
+  std::string first;
+  waitUntil(
+      [&] {
+        missing = other = deadline = 0;
+        first.clear();
+        for (const auto& k : keys) {
+          const MemcachedItem item = mc_->get(k);
+          const std::string value = src.command({"GET", k}).str();
+          const int64_t ttl = src.command({"TTL", k}).integer();
+          std::string what;
+          if (!item.present) {
+            ++missing;
+            what = "missing";
+          } else if (item.value != value) {
+            ++other;
+            what = "value " + item.value;
+          } else if (std::abs(item.ttl_s - ttl) > 2) {
+            ++deadline;
+            what = "t " + std::to_string(item.ttl_s) + " s, source TTL " + std::to_string(ttl);
+          }
+          if (first.empty() && !what.empty()) first = k + ": " + what;
+        }
+        return missing + other + deadline == 0;
+      },
+      20s, 500ms);
+  std::cout << "[ sliding  ] memcached, agent stopped 20 s: " << gone << " of " << keys.size()
+            << " copies had expired on memcached; after the catch-up " << missing << " missing, "
+            << other << " with another value, " << deadline << " with another deadline " << first
+            << "\n";
+  EXPECT_GT(gone, 400) << "the copies did not expire: the test proves nothing";
+  EXPECT_EQ(missing, 0) << first;
+  EXPECT_EQ(other, 0) << first;
+  EXPECT_EQ(deadline, 0) << first;
+  EXPECT_FALSE(logHas("could not be restored")) << logProblems();
 }
 
 }  // namespace
