@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
+
 #include "common/redis_conn.h"
 #include "common/sentinel.h"
 #include "target/marker.h"
@@ -16,9 +18,6 @@ using namespace net::experimental::awaitable_operators;
 namespace {
 // How long a checkpoint's marker waits for a Sentinel-managed target's replica (WAIT).
 constexpr std::chrono::milliseconds kWaitTimeout{2000};
-// A guarded copy answered gone within this of its deadline counts as expired (the agent's view
-// of the target's clock is measured, not exact).
-constexpr int64_t kDueTolerance = 100;
 }  // namespace
 
 RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
@@ -27,6 +26,9 @@ RedisSink::RedisSink(net::any_io_executor ex, const config::PipelineConfig& pipe
                      const clock::ClusterClock& target_clock, const clock::Clock& clock,
                      const Limits& limits, PipelineStats& stats)
     : target_clock_(target_clock),
+      book_(fmt::format("pipeline {}: target {} ({})", instance, target_cluster.name,
+                        target_cluster.address()),
+            stats),
       label_(fmt::format("pipeline {}: target {} ({})", instance, target_cluster.name,
                          target_cluster.address())),
       pipeline_(pipeline),
@@ -90,8 +92,7 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   if (m.present) m.marker = v.str;
   last_marker_ = m.present ? std::optional<std::string>(m.marker) : std::nullopt;
   if (const resp::Value& st = (*r)[1]; st.type == resp::ReplyType::Bulk) m.stamp = st.str;
-  skips_.clear();
-  records_.clear();
+  book_.beginSession();
   if ((*r)[2].isError() || (*r)[3].isError()) {
     // A guard refused inside a MULTI would discard the write it guards (EXECABORT): without
     // +exists and +hgetall no copy is watched, as before copies were restored.
@@ -108,29 +109,16 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   }
   if (const resp::Value& rec = (*r)[2]; rec.type == resp::ReplyType::Array) {
     for (size_t i = 0; i + 1 < rec.elements.size(); i += 2) {
-      const std::string& field = rec.elements[i].str;
-      const size_t colon = field.find(':');
       uint64_t until = 0;
-      try {
-        until = std::stoull(rec.elements[i + 1].str);
-      } catch (const std::exception&) {
-        continue;  // not one of ours
-      }
-      if (colon == std::string::npos || colon == 0) continue;
-      int db = 0;
-      try {
-        db = std::stoi(field.substr(0, colon));
-      } catch (const std::exception&) {
-        continue;
-      }
-      skips_.add(db, std::string_view(field).substr(colon + 1), until);
-      records_.push_back({field, until});
+      const std::string& v = rec.elements[i + 1].str;
+      if (std::from_chars(v.data(), v.data() + v.size(), until).ec != std::errc()) continue;
+      book_.loadRecord(record_key_, rec.elements[i].str, until);  // (false: not one of ours)
     }
-    if (!records_.empty()) {
+    if (book_.records() > 0) {
       spdlog::info(
           "{}: {} restored copies on record: their writes up to each one's read are "
           "not replayed",
-          label_, records_.size());
+          label_, book_.records());
     }
   }
   co_return m;
@@ -155,14 +143,13 @@ void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
     for (const auto& c : unit.view()) applySnapshotKey(c);
     return;
   }
-  skips_.passed(unit.offset_end);
-  if (multi_keys_.size() > 0) multi_keys_.prune(target_.ackedOffset());
+  book_.passed(unit.offset_end, target_.ackedOffset());
   applier_.beginUnit(unit.transaction, unit.local_ms);
   for (const auto& c : unit.view()) {
     judged_ = c;  // reuses judged_'s vectors
     filter_.judge(judged_);
-    if (!skips_.empty()) dropRestored(judged_, unit.offset_end);
-    logMultiKey(judged_, unit.offset_end);
+    book_.dropRestored(judged_, unit.offset_end);
+    if (applier_.watchesCopies()) book_.logMultiKey(judged_, unit.offset_end);
     if (write) applier_.apply(judged_);
   }
   last_offset_ = unit.offset_end;
@@ -215,90 +202,24 @@ void RedisSink::onWatchedReply(uint64_t seq, const resp::ReplyInfo& reply) {
       type = reply.items[static_cast<size_t>(w.element)].type;
       integer = reply.items[static_cast<size_t>(w.element)].integer;
     }
-    bool gone = false;
-    switch (w.kind) {
-      case Applier::WatchKind::Guard:
-        // Gone before its deadline (answered before it was due): not expired but emptied by an
-        // earlier write of the stream (LPOP of the last element, …); this write creates it.
-        gone = type == resp::ReplyType::Integer && integer == 0 &&
-               (w.deadline_ms == 0 || target_clock_.nowMs() >= w.deadline_ms - kDueTolerance);
-        break;
-      case Applier::WatchKind::Renewal:
-      case Applier::WatchKind::CopyMove:
-        gone = type == resp::ReplyType::Integer && integer == 0;
-        break;
-      case Applier::WatchKind::Rename:
-        gone =
-            type == resp::ReplyType::Error && reply.text.find("no such key") != std::string::npos;
-        break;
-      case Applier::WatchKind::Late:
-        // Answered before the deadline: the write ran before it, on the copy. At or after it
-        // (the target may have run it late): read the document back, which is always right.
-        gone = target_clock_.nowMs() >= w.deadline_ms;
-        break;
-    }
-    if (!gone) continue;
-    requestRepair(w.db, w.key, w.reason, sw.offset);
-    if (!w.from_key.empty()) requestRepair(w.from_db, w.from_key, w.reason, sw.offset);
+    book_.onWatched(w, sw.offset, type, integer, reply.text, target_clock_.nowMs());
   }
-}
-
-void RedisSink::requestRepair(int db, const std::string& key, RepairReason reason,
-                              uint64_t offset) {
-  // A copy restored from a read at or past this write holds it already.
-  if (auto x = skips_.until(db, key); x && *x >= offset) return;
-  // Keys a later multi-key change linked to this one may hold its fragment: read them too.
-  const bool first = repairs_.empty();
-  for (const MultiKeyLog::Key& k : multi_keys_.closure({db, key}, offset)) {
-    if (requested_.emplace(k, reason).second) repairs_.push_back(k);
-  }
-  if (first && !repairs_.empty() && repair_wanted_) repair_wanted_();
 }
 
 std::vector<source::DocumentKey> RedisSink::takeRepairs() {
-  std::vector<source::DocumentKey> out;
-  out.swap(repairs_);
-  return out;
-}
-
-uint64_t& RedisSink::restoredCounter(RepairReason reason) {
-  switch (reason) {
-    case RepairReason::ClampedBeforeWrite:
-      return stats_.copies_restored_clamped;
-    case RepairReason::FieldExpiredBeforeWrite:
-      return stats_.copies_restored_field;
-    case RepairReason::ExpiredBeforeWrite:
-      break;
-  }
-  return stats_.copies_restored_expired;
-}
-
-void RedisSink::copyUnrecoverable(const source::DocumentKey& key, const std::string& why) {
-  ++stats_.copies_unrecoverable;
-  uint64_t suppressed = 0;
-  if (repair_log_.allow(suppressed)) {
-    spdlog::error(
-        "{}: the target's copy of \"{}\" (db {}) ended before a later write reached it and "
-        "could not be restored: {} (counted in xdcr_target_copies_unrecoverable_total){}",
-        label_, key.second, key.first, why,
-        suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
-  }
+  return book_.take();
 }
 
 void RedisSink::restoreCopies(const source::DocumentRead& read) {
   for (const auto& [key, why] : read.unreadable) {
-    auto it = requested_.find(key);
-    if (it == requested_.end()) continue;
-    requested_.erase(it);
-    copyUnrecoverable(key, why);
+    if (book_.claim(key)) book_.unrecoverable(key, why);
   }
   source::RdbPayload payload;
   for (const source::SourceDocument& doc : read.docs) {
     const source::DocumentKey key{doc.db, doc.key};
-    auto it = requested_.find(key);
-    if (it == requested_.end()) continue;  // another pipeline's
-    const RepairReason reason = it->second;
-    requested_.erase(it);
+    const std::optional<RepairReason> asked = book_.claim(key);
+    if (!asked) continue;  // another pipeline's
+    const RepairReason reason = *asked;
     // The document as a snapshot key: the pipeline's filters (strip_ttl) and the rules of a
     // create (§4, §8) decide its deadline, on the target's clock now.
     judged_.entry = nullptr;
@@ -329,83 +250,21 @@ void RedisSink::restoreCopies(const source::DocumentRead& read) {
     applier_.beginUnit(true);
     if (!applier_.appendRestoredCopy(judged_, doc.exists, record_key_, read.offset)) {
       // Not writable to this target (a value it cannot take): its writes go on as they come.
-      copyUnrecoverable(key, applier_.lastSnapshotError());
+      book_.unrecoverable(key, applier_.lastSnapshotError());
       continue;
     }
     target_.commit(applier_.finishUnit(target_.pending()), last_offset_);
-    skips_.add(doc.db, doc.key, read.offset);
-    records_.push_back({RepairSkips::field(doc.db, doc.key), read.offset});
-    ++restoredCounter(reason);
+    book_.restored(doc.db, doc.key, read.offset, record_key_);
+    ++book_.restoredCounter(reason);
     // The transaction's EXEC: an error in it (the target refused the RESTORE) is no restore.
     target_.onReply(target_.committedCommands(),
                     [this, key, reason](const resp::ReplyInfo& reply) -> Status {
                       if (!reply.has_error) return Status{};
-                      --restoredCounter(reason);
-                      copyUnrecoverable(key, "the target refused it: " + reply.text);
+                      --book_.restoredCounter(reason);
+                      book_.unrecoverable(key, "the target refused it: " + reply.text);
                       return Status{};
                     });
   }
-}
-
-void RedisSink::dropRestored(source::Change& c, uint64_t offset_end) {
-  auto covered = [&](int db, std::string_view key) {
-    return !key.empty() && skips_.covers(db, key, offset_end);
-  };
-  bool touches = false;
-  for (const auto& ev : c.events) {
-    if (ev.pass && (covered(ev.db, ev.key) || covered(ev.from_db, ev.from_key))) touches = true;
-  }
-  if (c.entry != nullptr) {
-    for (uint16_t pos : c.key_args) touches = touches || covered(c.db, c.arg(pos));
-  }
-  if (!touches) return;
-  using source::Effect;
-  const bool per_key = c.effect == Effect::Set || c.effect == Effect::SetNoTtl ||
-                       c.effect == Effect::ExpireAt || c.effect == Effect::Persist ||
-                       c.effect == Effect::Delete || c.effect == Effect::Restore;
-  const bool one_key =
-      c.events.size() == 1 && c.events.front().from_key.empty() && c.key_args.size() <= 1;
-  if (per_key || one_key) {
-    for (auto& ev : c.events) {
-      if (ev.pass && covered(ev.db, ev.key)) ev.pass = false;
-    }
-    return;
-  }
-  // It reads a restored key or links it to others (RENAME, LMOVE, SUNIONSTORE, …): its effect
-  // on the others depends on the restored key as it was then, which the target no longer has.
-  // Not written; every key it names is read back now, at or past this unit.
-  for (auto& ev : c.events) {
-    if (!ev.pass) continue;
-    ev.pass = false;
-    // (A key restored at or past this unit holds the change already: requestRepair skips it.)
-    requestRepair(ev.db, std::string(ev.key), RepairReason::ExpiredBeforeWrite, offset_end);
-    if (!ev.from_key.empty()) {
-      requestRepair(ev.from_db, std::string(ev.from_key), RepairReason::ExpiredBeforeWrite,
-                    offset_end);
-    }
-  }
-}
-
-void RedisSink::logMultiKey(const source::Change& c, uint64_t offset_end) {
-  if (!applier_.watchesCopies()) return;
-  size_t keys = 0;
-  for (const auto& ev : c.events) keys += ev.from_key.empty() ? 1 : 2;
-  if (c.entry != nullptr) keys = std::max(keys, c.key_args.size());
-  if (keys < 2) return;
-  std::vector<MultiKeyLog::Key> all;
-  auto add = [&](int db, std::string_view key) {
-    if (key.empty()) return;
-    MultiKeyLog::Key k{db, std::string(key)};
-    if (std::find(all.begin(), all.end(), k) == all.end()) all.push_back(std::move(k));
-  };
-  for (const auto& ev : c.events) {
-    add(ev.db, ev.key);
-    add(ev.from_db, ev.from_key);
-  }
-  if (c.entry != nullptr) {
-    for (uint16_t pos : c.key_args) add(c.db, c.arg(pos));
-  }
-  if (all.size() >= 2) multi_keys_.add(offset_end, std::move(all));
 }
 
 void RedisSink::closeGroup(std::string_view replid) {
@@ -428,25 +287,11 @@ void RedisSink::appendMarker(std::string_view token, uint64_t offset) {
   // Records of restored copies that a durable checkpoint has passed: no replay can reach their
   // writes any more. The checkpoint before this one is durable now (a new one waits for that);
   // the one before it surely is.
-  if (!records_.empty()) {
-    std::vector<std::string> fields;
-    std::vector<Record> keep;
-    for (Record& r : records_) {
-      if (r.until <= prune_upto_) {
-        fields.push_back(std::move(r.field));
-      } else {
-        keep.push_back(std::move(r));
-      }
-    }
-    records_.swap(keep);
-    if (!fields.empty()) {
-      applier_.beginUnit(false);
-      applier_.appendRecordPrune(record_key_, fields);
-      target_.commit(applier_.finishUnit(target_.pending()), offset);
-    }
+  for (const auto& [record_key, fields] : book_.prunable(offset)) {
+    applier_.beginUnit(false);
+    applier_.appendRecordPrune(record_key, fields);
+    target_.commit(applier_.finishUnit(target_.pending()), offset);
   }
-  prune_upto_ = previous_marker_offset_;
-  previous_marker_offset_ = offset;
   applier_.beginUnit(false);
   applier_.appendMarker(marker_key_, token);
   target_.commit(applier_.finishUnit(target_.pending()), offset);
@@ -509,12 +354,7 @@ Status RedisSink::beginSnapshot(bool record_keys) {
   counts_ = SnapshotCounts{};
   // A new history: the offsets of restored copies' records mean nothing in it, and the
   // snapshot writes every key whole.
-  skips_.clear();
-  multi_keys_.clear();
-  requested_.clear();
-  repairs_.clear();
-  records_.clear();
-  prune_upto_ = previous_marker_offset_ = 0;
+  book_.clear();
   applier_.beginUnit(false);
   applier_.appendRecordPrune(record_key_, {});
   target_.commit(applier_.finishUnit(target_.pending()), target_.ackedOffset());

@@ -16,7 +16,7 @@
 #include "filters/event_filter.h"
 #include "filters/key_space.h"
 #include "target/applier.h"
-#include "target/copy_repair.h"
+#include "target/copy_repair_book.h"
 #include "target/max_ttl.h"
 #include "target/redis_target.h"
 #include "target/sink.h"
@@ -76,7 +76,7 @@ class RedisSink final : public Sink {
   }
   std::vector<source::DocumentKey> takeRepairs() override;
   void setRepairWanted(std::function<void()> wanted) override {
-    repair_wanted_ = std::move(wanted);
+    book_.setWanted(std::move(wanted));
   }
   void restoreCopies(const source::DocumentRead& read) override;
 
@@ -88,21 +88,12 @@ class RedisSink final : public Sink {
    *  the writer is connected to. */
   net::awaitable<Status> followMaster();
 
-  // Copies that ended before a later write (copy_repair.h).
-  /** Drops the events of `c` that a restored copy holds already (the unit ends at or before its
-   *  read); a change that reads or links a restored key to another is dropped whole and its
-   *  keys read back again. */
-  void dropRestored(source::Change& c, uint64_t offset_end);
-  /** Logs the keys of a change that links several (MultiKeyLog). */
-  void logMultiKey(const source::Change& c, uint64_t offset_end);
+  // Copies that ended before a later write (copy_repair_book.h).
   /** Registers the applier's watches of the unit just committed (`base`: the commands committed
    *  before it) or, for a stamped group's unit, keeps them until closeGroup. */
   void takeWatches(uint64_t base, uint64_t offset_end);
   /** The reply to command `seq`: the watches on it judge whether their copies were there. */
   void onWatchedReply(uint64_t seq, const resp::ReplyInfo& reply);
-  void requestRepair(int db, const std::string& key, RepairReason reason, uint64_t offset);
-  uint64_t& restoredCounter(RepairReason reason);
-  void copyUnrecoverable(const source::DocumentKey& key, const std::string& why);
 
   struct SinkWatch {
     uint64_t seq = 0;
@@ -112,22 +103,9 @@ class RedisSink final : public Sink {
   const clock::ClusterClock& target_clock_;
   std::deque<SinkWatch> watches_;         // by seq
   std::vector<SinkWatch> group_watches_;  // the open group's (seq known at closeGroup)
-  RepairSkips skips_;
-  MultiKeyLog multi_keys_;
-  std::vector<source::DocumentKey> repairs_;               // to take
-  std::map<source::DocumentKey, RepairReason> requested_;  // asked for, not yet restored
-  std::function<void()> repair_wanted_;
-  std::string record_key_;  // <marker>:restored: field "<db>:<key>" -> X (a replay skips)
-  struct Record {
-    std::string field;
-    uint64_t until;
-  };
-  std::vector<Record> records_;          // on the target, not yet pruned
-  uint64_t prune_upto_ = 0;              // records up to here are covered by a durable checkpoint
-  uint64_t previous_marker_offset_ = 0;  // the last marker's offset
-  uint64_t last_offset_ = 0;             // end offset of the last unit committed
-  std::vector<source::DocumentKey> scratch_keys_;
-  LogRateLimiter repair_log_;
+  CopyRepairBook book_;
+  std::string record_key_;    // <marker>:restored: field "<db>:<key>" -> X (a replay skips)
+  uint64_t last_offset_ = 0;  // end offset of the last unit committed
   bool copy_watch_refused_said_ = false;
 
   std::string label_;

@@ -1,0 +1,120 @@
+#pragma once
+// One sink's book of target copies that ended before a later write (expiry-semantics.md §12):
+// what its watched writes found gone, what it asked the link to read back, which keys' events a
+// restored copy already holds, and the records of restored copies on the target that a replay
+// after a crash must honour. The Redis and Redis Cluster sinks keep one each; where a watched
+// reply comes from and where records live is theirs (one node, or the slots of a cluster).
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/resp.h"
+#include "common/stats.h"
+#include "source/document_read.h"
+#include "source/event.h"
+#include "target/applier.h"
+#include "target/copy_repair.h"
+
+namespace xdcr::target {
+
+class CopyRepairBook {
+ public:
+  /** `label` names the pipeline and target in messages. */
+  CopyRepairBook(std::string label, PipelineStats& stats)
+      : label_(std::move(label)), stats_(stats) {}
+
+  /** Called when there are repairs to take (the link takes them at its next unit boundary). */
+  void setWanted(std::function<void()> wanted) { wanted_ = std::move(wanted); }
+
+  /**
+   * Whether the reply to a watched write says its copy was gone: (type, integer) of the write's
+   * reply (or of its element of an EXEC), `error` the error text of a RENAME, `now_ms` the
+   * target's clock when the reply came.
+   */
+  static bool gone(const Applier::Watch& w, resp::ReplyType type, int64_t integer,
+                   std::string_view error, int64_t now_ms);
+  /** A watched reply: when gone(), the key (and the other key of a RENAME/COPY/MOVE) is asked
+   *  for. `offset`: the end of the unit that wrote it. */
+  void onWatched(const Applier::Watch& w, uint64_t offset, resp::ReplyType type, int64_t integer,
+                 std::string_view error, int64_t now_ms);
+  /** Asks for the document of (db, key), and of every key a later multi-key change linked to
+   *  it; not when a copy restored from a read at or past `offset` holds the write already. */
+  void request(int db, const std::string& key, RepairReason reason, uint64_t offset);
+  /** The keys asked for since the last take. */
+  std::vector<source::DocumentKey> take();
+
+  /** The stream passed `offset_end`; `acked`: the target answered everything up to it. */
+  void passed(uint64_t offset_end, uint64_t acked) {
+    skips_.passed(offset_end);
+    if (multi_keys_.size() > 0) multi_keys_.prune(acked);
+  }
+  /** Drops the events of `c` (a unit ending at `offset_end`) a restored copy holds already; a
+   *  change that reads or links a restored key to another is dropped whole and its keys are
+   *  read back again. */
+  void dropRestored(source::Change& c, uint64_t offset_end);
+  /** Logs the keys of a change that links several (MultiKeyLog). */
+  void logMultiKey(const source::Change& c, uint64_t offset_end);
+
+  /** A document read back: the reason it was asked for, and it is no longer asked for;
+   *  nullopt when this sink did not ask for it (another pipeline of the link did). */
+  std::optional<RepairReason> claim(const source::DocumentKey& key);
+  /** Counts and names a copy that could not be restored. */
+  void unrecoverable(const source::DocumentKey& key, const std::string& why);
+  uint64_t& restoredCounter(RepairReason reason);
+  /** Written to the target with a record (`field` of hash `record_key`) saying it holds the
+   *  stream up to `x`: the key's events up to x are skipped from now on. */
+  void restored(int db, std::string_view key, uint64_t x, std::string record_key);
+  /** A record read from the target when a session starts: a replay skips its key's events up
+   *  to `until`. False when the field is not one of ours. */
+  bool loadRecord(const std::string& record_key, const std::string& field, uint64_t until);
+  size_t records() const { return records_.size(); }
+  /** The distinct record keys of the records this book knows of. */
+  std::vector<std::string> recordKeys() const {
+    std::vector<std::string> keys;
+    for (const Record& r : records_) {
+      if (std::find(keys.begin(), keys.end(), r.record_key) == keys.end()) {
+        keys.push_back(r.record_key);
+      }
+    }
+    return keys;
+  }
+  /** At a marker written at `marker_offset`: the records a durable checkpoint has passed (the
+   *  one before the previous marker), grouped by record key, to delete; forgotten here. */
+  std::vector<std::pair<std::string, std::vector<std::string>>> prunable(uint64_t marker_offset);
+
+  /** A session starts: skips and records come from the target again. */
+  void beginSession() {
+    skips_.clear();
+    records_.clear();
+  }
+  /** A new history (a full sync): nothing of the old one applies. */
+  void clear();
+
+ private:
+  struct Record {
+    std::string record_key;
+    std::string field;  // "<db>:<key>"
+    uint64_t until;
+  };
+  std::string label_;
+  PipelineStats& stats_;
+  std::function<void()> wanted_;
+  RepairSkips skips_;
+  MultiKeyLog multi_keys_;
+  std::vector<source::DocumentKey> repairs_;               // to take
+  std::map<source::DocumentKey, RepairReason> requested_;  // asked for, not yet restored
+  std::vector<Record> records_;                            // on the target, not yet pruned
+  uint64_t prune_upto_ = 0;              // records up to here are covered by a durable checkpoint
+  uint64_t previous_marker_offset_ = 0;  // the last marker's offset
+  LogRateLimiter log_;
+};
+
+}  // namespace xdcr::target
