@@ -41,7 +41,16 @@ ClusterSink::ClusterSink(net::any_io_executor ex, const config::PipelineConfig& 
       target_(ex, target_cluster, label_, stats, clock),
       marker_prefix_(markerKey(instance) + ":"),
       stamp_prefix_(appliedStampKey(instance) + ":"),
-      slot_skip_(cluster::kSlots, 0) {}
+      slot_skip_(cluster::kSlots, 0),
+      target_clock_(target_clock),
+      book_(label_, stats),
+      record_prefix_(marker_prefix_ + "restored:") {
+  applier_.setCopyWatch(true, limits.copy_guard_margin_ms, limits.copy_late_horizon_ms);
+}
+
+std::string ClusterSink::recordKeyFor(std::string_view key) const {
+  return fmt::format("{}{{{}}}", record_prefix_, cluster::slotTag(cluster::keySlot(key)));
+}
 
 std::string ClusterSink::markerKeyFor(size_t m) const {
   const int slot = target_.slotMap().lowestSlot(m);
@@ -137,11 +146,87 @@ net::awaitable<Status> ClusterSink::readUnmarked(const std::vector<std::string>&
   co_return Status{};
 }
 
+net::awaitable<Result<std::vector<std::string>>> ClusterSink::scanKeys(RedisConnection& conn,
+                                                                       const std::string& pattern) {
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  constexpr int kMaxPages = 256;  // x COUNT 1000
+  std::vector<std::string> keys;
+  std::string cursor = "0";
+  for (int page = 0; page < kMaxPages; ++page) {
+    const std::vector<std::vector<std::string>> scan = {
+        {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}};
+    auto r = co_await conn.callMany(scan, kTimeout);
+    if (!r) co_return fail(r.error());
+    const resp::Value& v = (*r)[0];
+    if (v.isError()) co_return fail(Error::refused(v.str));
+    if (v.type != resp::ReplyType::Array || v.elements.size() != 2) break;
+    for (const auto& key : v.elements[1].elements) keys.push_back(key.str);
+    cursor = v.elements[0].str;
+    if (cursor == "0") break;
+  }
+  co_return keys;
+}
+
+net::awaitable<Status> ClusterSink::readRecords(RedisConnection& conn, int probe_slot) {
+  constexpr auto kTimeout = std::chrono::seconds(10);
+  // What the guards and records need: a guard refused inside a MULTI would discard the write
+  // it guards (EXECABORT), so without them nothing is watched, as before copies were restored.
+  const std::string probe = fmt::format("{}{{{}}}", record_prefix_, cluster::slotTag(probe_slot));
+  const std::vector<std::vector<std::string>> check = {{"EXISTS", probe}, {"HGETALL", probe}};
+  auto c = co_await conn.callMany(check, kTimeout);
+  if (!c) co_return fail(c.error());
+  std::string pattern;
+  for (char ch : record_prefix_) {
+    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern.push_back('\\');
+    pattern.push_back(ch);
+  }
+  pattern += "{*}";
+  Result<std::vector<std::string>> keys = fail(Error::io("not read"));
+  if (!(*c)[0].isError() && !(*c)[1].isError()) keys = co_await scanKeys(conn, pattern);
+  if ((*c)[0].isError() || (*c)[1].isError() || !keys) {
+    applier_.setCopyWatch(false, 0, 0);
+    if (!copy_watch_refused_said_) {
+      copy_watch_refused_said_ = true;
+      spdlog::warn(
+          "{}: the target refused {}: copies the target expires before a later source write "
+          "reaches them are NOT restored (expiry-semantics.md §12); grant the target's user "
+          "+exists +hgetall +scan",
+          label_,
+          (*c)[0].isError()   ? "EXISTS (" + (*c)[0].str + ")"
+          : (*c)[1].isError() ? "HGETALL (" + (*c)[1].str + ")"
+                              : "SCAN (" + keys.error().message + ")");
+    }
+    co_return Status{};
+  }
+  size_t loaded = 0;
+  for (const std::string& key : *keys) {
+    const std::vector<std::vector<std::string>> get = {{"HGETALL", key}};
+    auto r = co_await conn.callMany(get, kTimeout);
+    if (!r) co_return fail(r.error());
+    const resp::Value& rec = (*r)[0];
+    if (rec.type != resp::ReplyType::Array) continue;
+    for (size_t i = 0; i + 1 < rec.elements.size(); i += 2) {
+      uint64_t until = 0;
+      const std::string& v = rec.elements[i + 1].str;
+      if (std::from_chars(v.data(), v.data() + v.size(), until).ec != std::errc()) continue;
+      loaded += book_.loadRecord(key, rec.elements[i].str, until) ? 1 : 0;
+    }
+  }
+  if (loaded > 0) {
+    spdlog::info(
+        "{}: {} restored copies on record on {}: their writes up to each one's read are not "
+        "replayed",
+        label_, loaded, conn.label());
+  }
+  co_return Status{};
+}
+
 net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
     const std::vector<std::string>& accepted) {
   constexpr auto kTimeout = std::chrono::seconds(10);
   MarkerState state;
   last_markers_.clear();
+  book_.beginSession();
   const SlotMap& map = target_.slotMap();
   std::vector<bool> marked;  // per master: an accepted marker found on it
   for (size_t m = 0; m < map.masters().size(); ++m) {
@@ -201,6 +286,11 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
     for (size_t i = 0; i < slots.size(); ++i) {
       const resp::Value& st = (*r)[i + 1];
       if (st.type == resp::ReplyType::Bulk) state.slot_stamps.emplace_back(slots[i], st.str);
+    }
+    if (applier_.watchesCopies()) {
+      if (Status s = co_await readRecords(conn, slots.empty() ? 0 : slots.front()); !s) {
+        co_return fail(s.error());
+      }
     }
     conn.close();
   }
@@ -277,15 +367,110 @@ void ClusterSink::apply(const source::ResolvedUnit& unit, bool write) {
     target_.commitUnit(target_.ackedOffset());
     return;
   }
+  book_.passed(unit.offset_end, target_.ackedOffset());
   applier_.beginUnit(unit.transaction, unit.local_ms);
   for (const auto& c : unit.view()) {
     judged_ = c;  // reuses judged_'s vectors
     filter_.judge(judged_);
+    book_.dropRestored(judged_, unit.offset_end);
+    if (applier_.watchesCopies()) book_.logMultiKey(judged_, unit.offset_end);
     if (write) applier_.apply(judged_);
   }
   applier_.finishUnit(scratch_);
+  unit_offset_ = unit.offset_end;
+  prepareWatches();
   route(unit, write);
+  raw_watches_.clear();
   target_.commitUnit(unit.offset_end);
+  last_offset_ = unit.offset_end;
+}
+
+void ClusterSink::prepareWatches() {
+  unit_watches_.clear();
+  raw_watches_.clear();
+  next_watch_ = 0;
+  if (applier_.watches().empty()) return;
+  unit_watches_.swap(applier_.watches());
+  // Where each MULTI of the unit's commands is, for the watches on an element of its EXEC.
+  std::string_view data = scratch_;
+  size_t pos = 0, raw = 0, last_multi = 0;
+  std::vector<size_t> opened;  // per command index: the MULTI an EXEC closes
+  while (pos < data.size()) {
+    auto pr = resp::parseCommand(data.substr(pos), spans_);
+    if (pr.status != resp::ParseStatus::Complete) break;  // (route() reports it)
+    const std::string_view raw_cmd = data.substr(pos, pr.consumed);
+    const std::string_view name = raw_cmd.substr(spans_[0].pos, spans_[0].len);
+    if (resp::iequals(name, "multi")) last_multi = raw;
+    opened.push_back(last_multi);
+    pos += pr.consumed;
+    ++raw;
+  }
+  for (size_t i = 0; i < unit_watches_.size(); ++i) {
+    const Applier::Watch& w = unit_watches_[i];
+    if (w.reply >= opened.size()) continue;
+    const size_t at =
+        w.element < 0 ? w.reply : opened[w.reply] + 1 + static_cast<size_t>(w.element);
+    raw_watches_.emplace_back(at, i);
+  }
+  std::sort(raw_watches_.begin(), raw_watches_.end());
+}
+
+std::shared_ptr<ClusterTarget::PartWatch> ClusterSink::sliceWatch(const Slice& s, bool wrapped,
+                                                                  size_t commands) {
+  if (s.watched.empty() && !restoring_) return nullptr;
+  auto pw = std::make_shared<ClusterTarget::PartWatch>();
+  const auto exec = static_cast<uint32_t>(commands - 1);
+  if (restoring_) {
+    // The restored copy's MULTI/EXEC: an error in it (the target refused the RESTORE) is no
+    // restore.
+    pw->replies.push_back(exec);
+    pw->done = [this, key = restore_key_,
+                reason = restore_reason_](const std::vector<resp::ReplyInfo>& got) {
+      if (got.empty() || (!got.front().has_error && got.front().type != resp::ReplyType::Error)) {
+        return;
+      }
+      --book_.restoredCounter(reason);
+      book_.unrecoverable(key, "the target refused it: " + got.front().text);
+    };
+    return pw;
+  }
+  struct Judged {
+    uint32_t reply;
+    int element;
+    Applier::Watch w;
+  };
+  std::vector<Judged> judged;
+  for (const auto& [at, w] : s.watched) {
+    Judged j{wrapped ? exec : at, wrapped ? static_cast<int>(at) : -1, unit_watches_[w]};
+    j.w.element = -1;
+    judged.push_back(std::move(j));
+    if (std::find(pw->replies.begin(), pw->replies.end(), judged.back().reply) ==
+        pw->replies.end()) {
+      pw->replies.push_back(judged.back().reply);
+    }
+  }
+  std::sort(pw->replies.begin(), pw->replies.end());
+  pw->done = [this, judged = std::move(judged), replies = pw->replies,
+              offset = unit_offset_](const std::vector<resp::ReplyInfo>& got) {
+    for (const Judged& j : judged) {
+      const size_t k = static_cast<size_t>(
+          std::lower_bound(replies.begin(), replies.end(), j.reply) - replies.begin());
+      if (k >= got.size()) continue;
+      const resp::ReplyInfo& r = got[k];
+      resp::ReplyType type = r.type;
+      int64_t integer = r.integer;
+      if (j.element >= 0) {
+        // An element of an EXEC's array; an EXEC that did not run ran none of its writes.
+        if (r.type != resp::ReplyType::Array || static_cast<size_t>(j.element) >= r.items.size()) {
+          continue;
+        }
+        type = r.items[static_cast<size_t>(j.element)].type;
+        integer = r.items[static_cast<size_t>(j.element)].integer;
+      }
+      book_.onWatched(j.w, offset, type, integer, r.text, target_clock_.nowMs());
+    }
+  };
+  return pw;
 }
 
 ClusterSink::Slice& ClusterSink::slice(int slot) {
@@ -300,6 +485,7 @@ ClusterSink::Slice& ClusterSink::slice(int slot) {
   s.unsafe = false;
   s.first_key = std::string_view();
   s.multi_key = false;
+  s.watched.clear();
   return s;
 }
 
@@ -307,7 +493,13 @@ void ClusterSink::addCommand(std::string_view raw, const std::vector<std::string
   const std::string_view name = args[0];
   const source::CommandSpec* spec = source::lookupCommand(name);
   key_pos_.clear();
-  if (spec != nullptr) source::keyPositions(*spec, args.data(), args.size(), key_pos_);
+  if (spec != nullptr) {
+    source::keyPositions(*spec, args.data(), args.size(), key_pos_);
+  } else if (resp::iequals(name, "exists")) {
+    // A copy's guard (expiry-semantics.md §12), a read the write-command table does not know:
+    // it must stay with the write it guards, in that key's slot and MULTI.
+    for (size_t i = 1; i < args.size(); ++i) key_pos_.push_back(static_cast<uint16_t>(i));
+  }
   const bool unsafe = source::isReplayUnsafe(spec);
   if (key_pos_.empty()) {
     const int where =
@@ -323,6 +515,12 @@ void ClusterSink::addCommand(std::string_view raw, const std::vector<std::string
   for (uint16_t p : key_pos_) one_slot = one_slot && cluster::keySlot(args[p]) == first;
   if (one_slot) {
     Slice& s = slice(first);
+    while (next_watch_ < raw_watches_.size() && raw_watches_[next_watch_].first < raw_index_) {
+      ++next_watch_;  // on a command not written here (another db, split): not watched
+    }
+    while (next_watch_ < raw_watches_.size() && raw_watches_[next_watch_].first == raw_index_) {
+      s.watched.emplace_back(static_cast<uint32_t>(s.commands), raw_watches_[next_watch_++].second);
+    }
     s.bytes.append(raw);
     ++s.commands;
     s.unsafe = s.unsafe || unsafe;
@@ -380,7 +578,7 @@ void ClusterSink::flushGroup(const source::ResolvedUnit& unit, bool write, bool 
     Slice& s = slices_[i];
     if (s.commands == 0) continue;
     const bool stamped = s.unsafe && s.slot >= 0 && !unit.snapshot && !unit.replid.empty();
-    if (s.slot >= 0 && !unit.snapshot &&
+    if (s.slot >= 0 && !unit.snapshot && !restoring_ &&
         unit.offset_end <= slot_skip_[static_cast<size_t>(s.slot)]) {
       // The target applied it before the restart: the slot's replay stamp is at or past it, and
       // a slot's writes reach its master in order, so everything of that slot up to the stamp
@@ -407,7 +605,8 @@ void ClusterSink::flushGroup(const source::ResolvedUnit& unit, bool write, bool 
     }
     if (s.slot >= 0) {
       // A stamped MULTI writes its stamp key too.
-      target_.appendToSlot(s.slot, bytes, commands, stamped || s.multi_key);
+      target_.appendToSlot(s.slot, bytes, commands, stamped || s.multi_key, std::nullopt,
+                           sliceWatch(s, wrap, commands));
     } else if (s.slot == kBroadcast) {
       for (size_t m = 0; m < target_.slotMap().masters().size(); ++m) {
         target_.appendToNode(m, bytes, commands);
@@ -424,7 +623,8 @@ void ClusterSink::route(const source::ResolvedUnit& unit, bool write) {
   size_t pos = 0;
   bool in_multi = false;
   used_slices_ = 0;
-  while (pos < data.size()) {
+  raw_index_ = 0;
+  for (; pos < data.size(); ++raw_index_) {
     auto pr = resp::parseCommand(data.substr(pos), spans_);
     if (pr.status != resp::ParseStatus::Complete) {
       // The applier's own output: cannot happen unless the applier is broken.
@@ -472,6 +672,14 @@ void ClusterSink::route(const source::ResolvedUnit& unit, bool write) {
 
 void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
   const SlotMap& map = target_.slotMap();
+  // Records of restored copies a durable checkpoint has passed (CopyRepairBook::prunable).
+  for (const auto& [record_key, fields] : book_.prunable(offset)) {
+    std::vector<std::string_view> args{"HDEL", record_key};
+    for (const std::string& f : fields) args.push_back(f);
+    reencoded_.clear();
+    resp::appendCommand(reencoded_, args);
+    target_.appendToSlot(cluster::keySlot(record_key), reencoded_, 1);
+  }
   own_tokens_.emplace_back(token);
   if (own_tokens_.size() > 4) own_tokens_.erase(own_tokens_.begin());
   for (size_t m = 0; m < map.masters().size(); ++m) {
@@ -538,8 +746,80 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
   target_.commitUnit(offset);
 }
 
+void ClusterSink::restoreCopies(const source::DocumentRead& read) {
+  for (const auto& [key, why] : read.unreadable) {
+    if (book_.claim(key)) book_.unrecoverable(key, why);
+  }
+  source::RdbPayload payload;
+  source::ResolvedUnit unit;  // routed as one transaction, after everything appended so far
+  unit.transaction = true;
+  unit.offset_end = last_offset_;
+  for (const source::SourceDocument& doc : read.docs) {
+    const source::DocumentKey key{doc.db, doc.key};
+    const std::optional<RepairReason> asked = book_.claim(key);
+    if (!asked) continue;  // another pipeline's
+    // The document as a snapshot key: the pipeline's filters (strip_ttl) and the rules of a
+    // create (§4, §8) decide its deadline, on the target's clock now.
+    judged_.entry = nullptr;
+    judged_.spec = nullptr;
+    judged_.effect = source::Effect::SnapshotKey;
+    judged_.db = doc.db;
+    judged_.key_args.clear();
+    judged_.events.resize(1);
+    source::Event& ev = judged_.events.front();
+    ev = source::Event{};
+    ev.kind = EventKind::Mutation;
+    ev.rule = source::DeadlineRule::Explicit;
+    ev.db = doc.db;
+    ev.key = doc.key;
+    ev.deadline_ms = doc.deadline_ms;
+    if (doc.exists) {
+      payload.type = doc.type();
+      payload.value = doc.value();
+      payload.rdb_version = doc.rdbVersion();
+      payload.flavor =
+          payload.rdb_version >= 80 ? source::rdb::Flavor::Valkey : source::rdb::Flavor::Redis;
+      judged_.rdb = &payload;
+    } else {
+      judged_.rdb = nullptr;
+    }
+    filter_.judge(judged_);
+    if (!ev.pass) continue;  // outside the key space now (a reload changed it)
+    // The record in the key's own slot (after key_rewrite: the slot it is written to).
+    const std::string_view target_key = ev.key;
+    const std::string record_key = recordKeyFor(target_key);
+    scratch_.clear();
+    applier_.beginUnit(true);
+    if (!applier_.appendRestoredCopy(judged_, doc.exists, record_key, read.offset)) {
+      // Not writable to this target (a value it cannot take): its writes go on as they come.
+      book_.unrecoverable(key, applier_.lastSnapshotError());
+      continue;
+    }
+    applier_.finishUnit(scratch_);
+    applier_.watches().clear();
+    restoring_ = true;
+    restore_key_ = key;
+    restore_reason_ = *asked;
+    route(unit, true);
+    restoring_ = false;
+    target_.commitUnit(last_offset_);
+    book_.restored(doc.db, doc.key, read.offset, record_key);
+    ++book_.restoredCounter(*asked);
+  }
+}
+
 Status ClusterSink::beginSnapshot(bool /*record_keys*/) {
   counts_ = SnapshotCounts{};
+  // A new history: the offsets of restored copies' records mean nothing in it (the snapshot
+  // writes every key whole). The record keys this sink knows of are deleted.
+  const std::vector<std::string> records = book_.recordKeys();
+  for (const std::string& record_key : records) {
+    reencoded_.clear();
+    resp::appendCommand(reencoded_, {"DEL", record_key});
+    target_.appendToSlot(cluster::keySlot(record_key), reencoded_, 1);
+  }
+  if (!records.empty()) target_.commitUnit(target_.ackedOffset());
+  book_.clear();
   if (FirstSeenStore* fs = applier_.firstSeenStore()) fs->beginSweep();
   std::fill(slot_skip_.begin(), slot_skip_.end(), 0);
   return Status{};

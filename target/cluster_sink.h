@@ -21,11 +21,18 @@
 //  - Replay stamps are per slot (`__xdcr_marker__:<pipeline>:applied:{<tag>}`), in the same
 //    MULTI/EXEC as the replay-unsafe commands of that slot; after a crash the replay skips, per
 //    slot, what the target already applied.
+//  - Copies that ended before a later write (expiry-semantics.md §12) are watched as on a
+//    standalone target: the applier's watches follow their commands into the parts of their
+//    slot, ClusterTarget hands the replies back (PartWatch), and a restored copy's record lives
+//    in its key's slot (`__xdcr_marker__:<pipeline>:restored:{<tag>}`), written in one
+//    MULTI/EXEC with the document.
 //
 // Only db 0 exists on a cluster (validation refuses a dbs map into another db).
 
 #include <algorithm>
 #include <array>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +46,7 @@
 #include "filters/key_space.h"
 #include "target/applier.h"
 #include "target/cluster_target.h"
+#include "target/copy_repair_book.h"
 #include "target/max_ttl.h"
 #include "target/sink.h"
 
@@ -84,6 +92,11 @@ class ClusterSink final : public Sink {
     for (auto& s : slot_skip_) s = std::min(s, offset);
   }
   void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
+  std::vector<source::DocumentKey> takeRepairs() override { return book_.take(); }
+  void setRepairWanted(std::function<void()> wanted) override {
+    book_.setWanted(std::move(wanted));
+  }
+  void restoreCopies(const source::DocumentRead& read) override;
   void setFirstSeenStore(FirstSeenStore* store) override { applier_.setFirstSeenStore(store); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }
   bool drained() const override { return target_.drained(); }
@@ -108,6 +121,9 @@ class ClusterSink final : public Sink {
     bool unsafe = false;         // holds a command whose replay is not idempotent
     std::string_view first_key;  // (views scratch_)
     bool multi_key = false;      // writes more than one key
+    /** Watched commands in it: (its index among the slice's commands, the watch's index in
+     *  unit_watches_). */
+    std::vector<std::pair<uint32_t, size_t>> watched;
     void noteKey(std::string_view key) {
       if (first_key.empty()) {
         first_key = key;
@@ -132,6 +148,22 @@ class ClusterSink final : public Sink {
   net::awaitable<Result<std::optional<std::string>>> findMarker(
       RedisConnection& conn, const RedisEndpoint& endpoint,
       const std::vector<std::string>& accepted);
+  /** The key of the record of a restored copy of `key` (in `key`'s slot). */
+  std::string recordKeyFor(std::string_view key) const;
+  /** Maps the applier's watches of the unit in scratch_ to its commands (raw_watches_). */
+  void prepareWatches();
+  /** The watch of a slice about to be appended as a part (`wrapped`: in MULTI/EXEC, its EXEC
+   *  the part's reply `commands - 1`); nullptr when nothing in it is read. */
+  std::shared_ptr<ClusterTarget::PartWatch> sliceWatch(const Slice& s, bool wrapped,
+                                                       size_t commands);
+  /** This pipeline's keys on the master `conn` is connected to that match `pattern` (a bounded
+   *  SCAN). */
+  net::awaitable<Result<std::vector<std::string>>> scanKeys(RedisConnection& conn,
+                                                            const std::string& pattern);
+  /** The records of restored copies on the master `conn` is connected to, into book_; checks
+   *  first (on `probe_slot`'s record key) that the target lets guards and records be read, and
+   *  turns the copy watches off with a warning when it does not. */
+  net::awaitable<Status> readRecords(RedisConnection& conn, int probe_slot);
   /** Routes the applier's output for one unit (scratch_) to the target. */
   void route(const source::ResolvedUnit& unit, bool write);
   Slice& slice(int slot);
@@ -162,6 +194,24 @@ class ClusterSink final : public Sink {
   std::vector<uint16_t> key_pos_;
   std::string reencoded_;
   std::vector<uint64_t> slot_skip_;  // per slot: replay-unsafe writes up to here are applied
+  // Copies that ended before a later write (§12).
+  const clock::ClusterClock& target_clock_;
+  CopyRepairBook book_;
+  std::string record_prefix_;  // "__xdcr_marker__:<pipeline>:restored:" (+ "{<tag>}")
+  std::vector<Applier::Watch> unit_watches_;  // the unit being routed's
+  /** (the watched command's index among the unit's commands, its index in unit_watches_),
+   *  ascending; next_watch_ the next to meet while routing. */
+  std::vector<std::pair<size_t, size_t>> raw_watches_;
+  size_t next_watch_ = 0;
+  size_t raw_index_ = 0;      // the command being routed, among the unit's
+  uint64_t unit_offset_ = 0;  // the end offset of the unit being routed
+  uint64_t last_offset_ = 0;  // of the last unit applied
+  /** Routing a restored copy: not skipped by a slot's replay stamp, and its EXEC's reply says
+   *  whether it was written (restore_key_, restore_reason_). */
+  bool restoring_ = false;
+  source::DocumentKey restore_key_;
+  RepairReason restore_reason_ = RepairReason::ExpiredBeforeWrite;
+  bool copy_watch_refused_said_ = false;
   SnapshotCounts counts_;
   LogRateLimiter fail_log_;
   LogRateLimiter conflict_log_;

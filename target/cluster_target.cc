@@ -211,7 +211,7 @@ void ClusterTarget::releaseHeld() {
 }
 
 void ClusterTarget::appendToSlot(int slot, std::string_view bytes, size_t commands, bool multi_key,
-                                 std::optional<Expect> expect) {
+                                 std::optional<Expect> expect, std::shared_ptr<PartWatch> watch) {
   const int m = map_.ownerOf(slot);
   // connect() refuses a map with a slot unowned; a later map (after MOVED) keeps the previous
   // owner's node for such a slot, which answers MOVED or CLUSTERDOWN.
@@ -222,6 +222,7 @@ void ClusterTarget::appendToSlot(int slot, std::string_view bytes, size_t comman
   p.commands = static_cast<uint32_t>(commands);
   p.fence = multi_key;
   p.expect = std::move(expect);
+  p.watch = std::move(watch);
   append(n, std::move(p), bytes);
   ++open_parts_;
 }
@@ -400,6 +401,8 @@ net::awaitable<Status> ClusterTarget::runReader(Node& n) {
     auto& buf = n.conn->buffer();
     bool progressed = false;
     for (;;) {
+      info.collect_items =
+          n.sent_parts > 0 && n.parts.front().watch && watchesNext(n.parts.front());
       auto pr = resp::parseReply(buf.data(), info);
       if (pr.status == resp::ParseStatus::NeedMore) break;
       if (pr.status == resp::ParseStatus::Error) {
@@ -428,8 +431,17 @@ net::awaitable<Status> ClusterTarget::runReader(Node& n) {
   }
 }
 
+bool ClusterTarget::watchesNext(const Part& p) {
+  // The next reply's command: the first reply of a part sent with ASKING is ASKING's.
+  const int64_t command = static_cast<int64_t>(p.replies) - (p.asking ? 1 : 0);
+  if (command < 0) return false;
+  const auto& r = p.watch->replies;
+  return std::binary_search(r.begin(), r.end(), static_cast<uint32_t>(command));
+}
+
 Status ClusterTarget::onReply(Node& n, const resp::ReplyInfo& info) {
   Part& p = n.parts.front();
+  if (p.watch && watchesNext(p)) p.watch->got.push_back(info);
   ++p.replies;
   const bool last = p.replies == p.commands + (p.asking ? 1 : 0);
   if (info.type == resp::ReplyType::Error) {
@@ -475,6 +487,10 @@ Status ClusterTarget::onReply(Node& n, const resp::ReplyInfo& info) {
     ++stats_.target_errors_by_kind[kind];
   }
   if (!last) return Status{};
+  if (p.watch) {
+    if (p.redirect == Part::Redirect::None && p.watch->done) p.watch->done(p.watch->got);
+    p.watch->got.clear();  // (sent again when redirected: read again)
+  }
   if (p.redirect == Part::Redirect::None && p.expect) {
     const bool null = info.type == resp::ReplyType::Null;
     if (null != !p.expect->value.has_value() || (!null && info.text != *p.expect->value)) {

@@ -53,6 +53,7 @@
 #include "common/logging.h"
 #include "common/notify.h"
 #include "common/redis_conn.h"
+#include "common/resp.h"
 #include "common/server_info.h"
 #include "common/stats.h"
 #include "config/config.h"
@@ -82,10 +83,22 @@ class ClusterTarget {
     MismatchFn on_mismatch;            // an error it returns ends the session
   };
 
+  /**
+   * Replies of a part that someone reads (the copy watches of expiry-semantics.md §12): those
+   * of its commands numbered in `replies` (0-based, ascending; an array's elements collected,
+   * ReplyInfo::items), handed to `done` in that order once the part's last reply came and it
+   * was not redirected (a redirected part is sent again, and read again).
+   */
+  struct PartWatch {
+    std::vector<uint32_t> replies;
+    std::function<void(const std::vector<resp::ReplyInfo>&)> done;
+    std::vector<resp::ReplyInfo> got;  // this attempt's
+  };
   /** Appends a part for `slot`: `commands` commands in `bytes` (complete RESP). `multi_key`:
    *  it writes more than one key (it fences its slot, see the header comment). */
   void appendToSlot(int slot, std::string_view bytes, size_t commands, bool multi_key = false,
-                    std::optional<Expect> expect = std::nullopt);
+                    std::optional<Expect> expect = std::nullopt,
+                    std::shared_ptr<PartWatch> watch = nullptr);
   /** The bytes of a master's marker written into `slot` instead (one command). */
   using RebindFn = std::function<std::string(int slot)>;
   /** Appends master `m`'s target-loss marker, one command in `bytes` for the slot `slot` it
@@ -129,6 +142,7 @@ class ClusterTarget {
     uint64_t batch = 0;  // the node's batch holding its bytes
     size_t begin = 0, end = 0;
     std::optional<Expect> expect;
+    std::shared_ptr<PartWatch> watch;  // nullptr: nobody reads its replies
     bool fence = false;     // multi-key: later parts of its slot wait until it is answered
     std::string master_id;  // a marker: the master it is for (rebound when redirected)
     RebindFn rebind;        // a marker: its bytes for another slot of that master
@@ -199,6 +213,8 @@ class ClusterTarget {
   net::awaitable<Status> runReader(Node& n);
   /** One reply for the front sent part of `n`. */
   Status onReply(Node& n, const resp::ReplyInfo& info);
+  /** The part's next reply is one its watch reads. */
+  static bool watchesNext(const Part& p);
   void partDone(Node& n);
   void unitPartAnswered(uint64_t unit);
   void releaseBatches(Node& n);
