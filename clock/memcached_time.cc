@@ -20,8 +20,8 @@ std::optional<int64_t> parseStatTime(std::string_view line) {
 RedisTimeSample memcachedSampleFrom(int64_t t1_ns, int64_t server_s, int64_t t4_ns) {
   RedisTimeSample s;
   s.rtt_ns = t4_ns - t1_ns;
-  // The middle of the range STAT time stands for (it lags the true time by 0 to ~2 s).
-  const int64_t server_ns = server_s * 1'000'000'000 + kMemcachedGrainNs;
+  // The middle of the range STAT time stands for (t − 3 s to t + 1 s: memcached_time.h).
+  const int64_t server_ns = server_s * 1'000'000'000 + kMemcachedStatMidpointNs;
   s.offset_ns = server_ns - (t1_ns + s.rtt_ns / 2);
   s.bound_ns = s.rtt_ns / 2 + kMemcachedGrainNs;
   s.samples = 1;

@@ -6,12 +6,14 @@
 // deadlines are measured against (seed-systems notes §1: a host clock step after memcached's
 // start does not move it).
 //
-// The reading has a 1 s grain and lags: STAT time is a whole second, refreshed once a second,
-// so at a true instant t it reads between about t − 2 s and t (measured here: t − 0.76 s to
-// t − 1.72 s). The estimate takes the middle of that range (STAT time + 1 s against the midpoint
-// of the exchange) and says so in its bound: 1 s + RTT/2. evaluateSkew widens max_skew by the
-// bound of such a coarse clock (ClusterClockReport::grain_ns), so the grain alone never raises
-// a skew alarm.
+// The reading is coarse: STAT time is `floor(wall at start) + floor(monotonic at the last tick) -
+// floor(monotonic at start)`, the tick once a second. Each floor takes up to 1 s off, the one at
+// start adds up to 1 s back, and the tick lags up to 1 s: at a true instant t it reads anywhere
+// in (t − 3 s, t + 1 s), depending on the sub-second phase memcached started at (measured here
+// on one server: t − 0.76 s to t − 1.72 s; on a fresh machine's: t + 0.885 s). The estimate takes
+// the middle of that range (STAT time + 1 s against the midpoint of the exchange) and says so in
+// its bound: 2 s + RTT/2. evaluateSkew widens max_skew by the bound of such a coarse clock
+// (ClusterClockReport::grain_ns), so the grain alone never raises a skew alarm.
 
 #include <boost/asio/awaitable.hpp>
 
@@ -27,8 +29,10 @@
 
 namespace xdcr::clock {
 
-/** The grain of a memcached clock reading (its bound beyond RTT/2). */
-inline constexpr int64_t kMemcachedGrainNs = 1'000'000'000;
+/** What STAT time lags the true time by, in the middle of its range (the estimate adds it). */
+inline constexpr int64_t kMemcachedStatMidpointNs = 1'000'000'000;
+/** The grain of a memcached clock reading: half its range, its bound beyond RTT/2. */
+inline constexpr int64_t kMemcachedGrainNs = 2'000'000'000;
 
 /** `STAT time N` of a `stats` reply line: N in Unix seconds; nullopt for another line. */
 std::optional<int64_t> parseStatTime(std::string_view line);

@@ -73,7 +73,7 @@ nlohmann::json clockReportJson(const clock::ClockReport* r, const config::ClockC
       cj["offset_vs_local_seconds"] = seconds(c.offset_ns);
       cj["bound_seconds"] = seconds(c.bound_ns);
       cj["rtt_seconds"] = seconds(c.rtt_ns);
-      if (c.grain_ns != 0) cj["grain_seconds"] = seconds(c.grain_ns);  // memcached: 1 s
+      if (c.grain_ns != 0) cj["grain_seconds"] = seconds(c.grain_ns);  // memcached: 2 s
       cj["measured_at_ms"] = c.measured_at_ms;
       if (auto e = r->clusterErrorNs(name)) cj["offset_vs_ntp_seconds"] = seconds(*e);
     }

@@ -769,8 +769,9 @@ net::awaitable<Status> Verifier::checkBatch(std::vector<KeyRef>& batch) {
       auto r = co_await mc_->read(dkeys, stat_time_s);
       if (!r) co_return fail(r.error());
       items = std::move(*r);
-      // STAT time lags memcached's true time by 0 to ~2 s: its middle (clock/memcached_time.h).
-      mc_now_ms = stat_time_s * 1000 + clock::kMemcachedGrainNs / 1'000'000;
+      // STAT time stands for memcached's true time − 3 s to + 1 s: its middle
+      // (clock/memcached_time.h).
+      mc_now_ms = stat_time_s * 1000 + clock::kMemcachedStatMidpointNs / 1'000'000;
     } else {
       ts = co_await readStates(*dst_, dst_fields_, pending[0].dst_db, dkeys);
       if (!ts) co_return fail(ts.error());
@@ -866,9 +867,9 @@ net::awaitable<int> Verifier::run() {
     }
   }
   // The clocks: the target's now for the maxTTL bound, and Δ when the pipeline compensates.
-  // memcached's clock (STAT time) has a 1 s grain: the agent only compensates a skew over
-  // max_skew + that grain, and its deadlines are whole seconds (T = ceil(E/1000)), so they are
-  // compared with 1 s more tolerance.
+  // memcached's clock (STAT time) has a 2 s grain (clock/memcached_time.h): the agent only
+  // compensates a skew over max_skew + that grain, and its deadlines, read against that clock,
+  // are compared with that much more tolerance.
   const int64_t grain_ms = mc_ ? clock::kMemcachedGrainNs / 1'000'000 : 0;
   auto ts = co_await clock::probeRedisTime(src_->clockConnection(), 8, kTimeout);
   Result<clock::RedisTimeSample> td = fail(Error::io("not probed"));

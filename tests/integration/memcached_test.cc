@@ -284,7 +284,7 @@ TEST_F(MemcachedTest, ClockAndExplainCommands) {
   EXPECT_EQ(c.exit_code, 0) << c.output;
   ASSERT_TRUE(c.report.contains("clusters")) << c.output;
   EXPECT_TRUE(c.report["clusters"]["mc"]["measured"].get<bool>()) << c.output;
-  EXPECT_EQ(c.report["clusters"]["mc"]["grain_seconds"].get<double>(), 1.0);
+  EXPECT_EQ(c.report["clusters"]["mc"]["grain_seconds"].get<double>(), 2.0);
   EXPECT_FALSE(c.report["pipelines"]["p"]["exceeded"].get<bool>()) << c.output;
   AgentCommandResult x = command("explain", {"-p", "p", "fence:start"});
   EXPECT_EQ(x.exit_code, 2);

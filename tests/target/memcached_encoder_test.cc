@@ -126,9 +126,10 @@ TEST(MemcachedClock, StatTimeIsAOneSecondGrain) {
   EXPECT_EQ(clock::parseStatTime("STAT uptime 12"), std::nullopt);
   const int64_t t1 = 1'795'480'841'200'000'000;
   auto s = clock::memcachedSampleFrom(t1, 1'795'480'840, t1 + 1'000'000);
-  // STAT time lags by 0..2 s: its middle (+1 s) against the exchange's midpoint.
+  // STAT time stands for t − 3 s .. t + 1 s: its middle (+1 s) against the exchange's midpoint,
+  // the half-range (2 s) in the bound.
   EXPECT_EQ(s.offset_ns, 1'795'480'841'000'000'000 - (t1 + 500'000));
-  EXPECT_EQ(s.bound_ns, 1'000'500'000);
+  EXPECT_EQ(s.bound_ns, 2'000'500'000);
 }
 
 TEST(MemcachedClock, TheGrainAloneRaisesNoSkewAlarm) {
@@ -139,9 +140,15 @@ TEST(MemcachedClock, TheGrainAloneRaisesNoSkewAlarm) {
   mc.cluster = "mc";
   mc.measured = true;
   mc.grain_ns = clock::kMemcachedGrainNs;
-  mc.offset_ns = 1'200'000'000;  // within the 1 s grain + max_skew 500 ms
+  mc.offset_ns = 1'200'000'000;  // within the 2 s grain + max_skew 500 ms
   report.clusters["mc"] = mc;
   EXPECT_FALSE(clock::evaluateSkew(report, "src", "mc", 500'000'000).exceeded);
+  // Measured on a fresh machine's memcached, started at an unlucky sub-second phase, with its
+  // clock right: +1.885 s (it failed the 1 s grain of before).
+  report.clusters["mc"].offset_ns = 1'885'000'000;
+  EXPECT_FALSE(clock::evaluateSkew(report, "src", "mc", 500'000'000).exceeded);
+  report.clusters["mc"].offset_ns = 2'600'000'000;  // past the grain + max_skew
+  EXPECT_TRUE(clock::evaluateSkew(report, "src", "mc", 500'000'000).exceeded);
   report.clusters["mc"].offset_ns = 30'000'000'000;
   auto skew = clock::evaluateSkew(report, "src", "mc", 500'000'000);
   EXPECT_TRUE(skew.exceeded);
