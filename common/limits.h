@@ -134,6 +134,11 @@ inline constexpr int kMaxMarkerRebinds = 16;
 /** A checkpoint marker is followed by WAIT 1 <this> (best effort: a replica of its master has
  *  it before a failover can lose it). */
 inline constexpr auto kMarkerReplicaWait = 500ms;
+/** A WAIT that found no replica caught up is sent again, the checkpoint held, for this long
+ *  after the marker; then the checkpoint counts without the replica (with a warning), and that
+ *  master's markers are not waited for again until a WAIT finds its replica caught up. Each
+ *  WAIT holds the agent's writes to that master (they queue behind it on its connection). */
+inline constexpr auto kMarkerReplicaPatience = 5s;
 }  // namespace cluster_limits
 
 }  // namespace xdcr

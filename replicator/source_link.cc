@@ -1382,7 +1382,10 @@ void SourceLink::beginDeltaCheckpoint(const source::Source& source) {
 
 void SourceLink::finishDeltaCheckpointsIfAnswered() {
   for (auto& m : members_) {
-    if (m.gone || !m.pending || m.sink->answeredCommands() < m.pending->marker_seq) continue;
+    if (m.gone || !m.pending || m.sink->answeredCommands() < m.pending->marker_seq ||
+        !m.sink->markerSettled()) {
+      continue;
+    }
     PendingCheckpoint p = std::move(*m.pending);
     m.pending.reset();
     p.cp.written_at_ms = clock_.nowMs();
@@ -1398,10 +1401,11 @@ void SourceLink::finishDeltaCheckpointsIfAnswered() {
 
 net::awaitable<Status> SourceLink::drain(Member& m,
                                          std::chrono::steady_clock::time_point deadline) {
-  while (!m.sink->drained() && clock_.monotonicNow() < deadline && !m.failed) {
+  while ((!m.sink->drained() || !m.sink->markerSettled()) && clock_.monotonicNow() < deadline &&
+         !m.failed) {
     co_await m.sink->waitProgress(std::chrono::milliseconds(50));
   }
-  if (!m.sink->drained()) {
+  if (!m.sink->drained() || !m.sink->markerSettled()) {
     co_return fail(Error::io(fmt::format(
         "pipeline {}: target did not acknowledge everything within {:.0f} s; not checkpointing "
         "the unacknowledged part (it will be sent again)",

@@ -44,7 +44,8 @@ ClusterSink::ClusterSink(net::any_io_executor ex, const config::PipelineConfig& 
       slot_skip_(cluster::kSlots, 0),
       target_clock_(target_clock),
       book_(label_, stats),
-      record_prefix_(marker_prefix_ + "restored:") {
+      record_prefix_(marker_prefix_ + "restored:"),
+      clock_(clock) {
   applier_.setCopyWatch(true, limits.copy_guard_margin_ms, limits.copy_late_horizon_ms);
 }
 
@@ -672,6 +673,11 @@ void ClusterSink::route(const source::ResolvedUnit& unit, bool write) {
 
 void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
   const SlotMap& map = target_.slotMap();
+  // A new marker: the previous one's WAITs no longer hold anything (its checkpoint was written
+  // or given up: the link begins a marker only then).
+  ++marker_epoch_;
+  marker_waits_open_ = 0;
+  marker_since_ = clock_.monotonicNow();
   // Records of restored copies a durable checkpoint has passed (CopyRepairBook::prunable).
   for (const auto& [record_key, fields] : book_.prunable(offset)) {
     std::vector<std::string_view> args{"HDEL", record_key};
@@ -726,16 +732,15 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
     };
     target_.appendMarkerPart(m, map.lowestSlot(m), reencoded_, std::move(expect),
                              std::move(rebind));
-    // Best effort: the checkpoint counts once a replica of each master has it too (WAIT 1), so
-    // a failover to that replica keeps everything the checkpoint covers and the next session
-    // replays from it rather than resyncing. A master without a reachable replica answers 0
-    // after the timeout (kMarkerReplicaWait), and the checkpoint counts anyway (the marker check
-    // then decides).
+    // The checkpoint counts once a replica of each master has it too (WAIT 1), so a failover
+    // to that replica keeps everything the checkpoint covers and the next session replays from
+    // it rather than resyncing. A WAIT answered 0 (the replica lags: under load, more than
+    // kMarkerReplicaWait) is sent again and the checkpoint held (markerSettled); a master whose
+    // replica does not catch up within kMarkerReplicaPatience (gone, or far behind) lets the
+    // checkpoint count without it, with a warning (the marker check then decides).
     if (map.masters()[m].replicas > 0) {
-      reencoded_.clear();
-      const std::string wait_ms = std::to_string(cluster_limits::kMarkerReplicaWait.count());
-      resp::appendCommand(reencoded_, {"WAIT", "1", wait_ms});
-      target_.appendToSlot(map.lowestSlot(m), reencoded_, 1);
+      ++marker_waits_open_;
+      appendMarkerWait(map.lowestSlot(m), map.masters()[m].address());
     }
     if (it != last_markers_.end()) {
       it->second = std::string(token);
@@ -744,6 +749,67 @@ void ClusterSink::appendMarker(std::string_view token, uint64_t offset) {
     }
   }
   target_.commitUnit(offset);
+  last_offset_ = std::max(last_offset_, offset);
+}
+
+void ClusterSink::appendMarkerWait(int slot, const std::string& master) {
+  reencoded_.clear();
+  const std::string wait_ms = std::to_string(cluster_limits::kMarkerReplicaWait.count());
+  resp::appendCommand(reencoded_, {"WAIT", "1", wait_ms});
+  auto pw = std::make_shared<ClusterTarget::PartWatch>();
+  pw->replies.push_back(0);
+  pw->done = [this, slot, master, epoch = marker_epoch_](const std::vector<resp::ReplyInfo>& got) {
+    if (!got.empty()) onMarkerWait(slot, master, epoch, got.front());
+  };
+  target_.appendToSlot(slot, reencoded_, 1, false, std::nullopt, std::move(pw));
+}
+
+void ClusterSink::onMarkerWait(int slot, const std::string& master, uint64_t epoch,
+                               const resp::ReplyInfo& reply) {
+  if (epoch != marker_epoch_ || marker_waits_open_ == 0) return;  // an older marker's
+  if (reply.type != resp::ReplyType::Integer) {
+    // Refused by the ACL: nothing to wait for (the checkpoint counts, as without replicas).
+    // Any other error (a master that became a replica answers WAIT with one): what it holds is
+    // no proof of anything; the checkpoint waits, and the session ends on the failover.
+    const bool noperm = reply.text.rfind("NOPERM", 0) == 0;
+    uint64_t suppressed = 0;
+    if (wait_log_.allow(suppressed)) {
+      spdlog::warn("{}: WAIT after the checkpoint's marker on master {} answered \"{}\"; {}{}",
+                   label_, master, reply.text,
+                   noperm ? "the checkpoint counts without a replica (grant +wait to the "
+                            "target's user)"
+                          : "the checkpoint waits",
+                   suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+    }
+    if (noperm) --marker_waits_open_;
+    return;
+  }
+  const bool caught_up = reply.integer >= 1;
+  const auto waited = clock_.monotonicNow() - marker_since_;
+  const auto given_up = std::find(wait_given_up_.begin(), wait_given_up_.end(), master);
+  const bool was_given_up = given_up != wait_given_up_.end();
+  if (caught_up && was_given_up) wait_given_up_.erase(given_up);
+  if (caught_up || was_given_up) {
+    --marker_waits_open_;
+    return;
+  }
+  if (waited >= cluster_limits::kMarkerReplicaPatience) {
+    uint64_t suppressed = 0;
+    if (wait_log_.allow(suppressed)) {
+      spdlog::warn(
+          "{}: no replica of master {} acknowledged the checkpoint's marker within {} s: the "
+          "checkpoint counts without it, and later ones do not wait for it until it catches up "
+          "(a failover to that replica now would cost a full resync){}",
+          label_, master, std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
+          suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
+    }
+    wait_given_up_.push_back(master);
+    --marker_waits_open_;
+    return;
+  }
+  // The replica lags: ask again, behind what was sent since (the checkpoint waits meanwhile).
+  appendMarkerWait(slot, master);
+  target_.commitUnit(last_offset_);
 }
 
 void ClusterSink::restoreCopies(const source::DocumentRead& read) {

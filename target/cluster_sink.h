@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -100,6 +101,7 @@ class ClusterSink final : public Sink {
   void setFirstSeenStore(FirstSeenStore* store) override { applier_.setFirstSeenStore(store); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }
   bool drained() const override { return target_.drained(); }
+  bool markerSettled() const override { return marker_waits_open_ == 0; }
   bool overLimits(bool snapshot) const override;
   // Counted in units: a checkpoint's marker is answered when every unit up to it is.
   uint64_t committedCommands() const override { return target_.committedUnits(); }
@@ -212,6 +214,18 @@ class ClusterSink final : public Sink {
   source::DocumentKey restore_key_;
   RepairReason restore_reason_ = RepairReason::ExpiredBeforeWrite;
   bool copy_watch_refused_said_ = false;
+  // The last marker's WAIT 1 per master (appendMarker): the checkpoint waits until each found
+  // a replica caught up, or kMarkerReplicaPatience passed.
+  const clock::Clock& clock_;
+  int marker_waits_open_ = 0;
+  uint64_t marker_epoch_ = 0;
+  std::chrono::steady_clock::time_point marker_since_{};
+  std::vector<std::string> wait_given_up_;  // masters whose replica did not catch up in time
+  LogRateLimiter wait_log_;
+  /** Appends `WAIT 1` for master `m`'s marker slot, read by onMarkerWait. */
+  void appendMarkerWait(int slot, const std::string& master);
+  void onMarkerWait(int slot, const std::string& master, uint64_t epoch,
+                    const resp::ReplyInfo& reply);
   SnapshotCounts counts_;
   LogRateLimiter fail_log_;
   LogRateLimiter conflict_log_;

@@ -112,10 +112,20 @@ net::awaitable<Status> ClusterTarget::connectNode(Node& n) {
   }
   // Which snapshot payloads it takes, whether it stores field TTLs. A user without +info gets
   // an error: unknown, then RESTORE is tried and a refusal counted.
-  const std::vector<std::vector<std::string>> info = {{"INFO", "server"}};
+  // And its replicas as it counts them (for the markers' WAIT 1: CLUSTER SLOTS leaves out a
+  // replica it does not count healthy yet, right after the cluster formed).
+  const std::vector<std::vector<std::string>> info = {{"INFO", "server"}, {"INFO", "replication"}};
   auto inf = co_await n.conn->callMany(info, kConnectTimeout);
   if (!inf) co_return fail(inf.error());
   n.server = (*inf)[0].isError() ? ServerInfo{} : ServerInfo::parse((*inf)[0].str);
+  n.connected_replicas = 0;
+  if (!(*inf)[1].isError()) {
+    const std::string_view v = infoField((*inf)[1].str, "connected_slaves");
+    size_t count = 0;
+    if (std::from_chars(v.data(), v.data() + v.size(), count).ec == std::errc()) {
+      n.connected_replicas = count;
+    }
+  }
   co_return Status{};
 }
 
@@ -130,10 +140,12 @@ net::awaitable<Status> ClusterTarget::connect() {
   }
   map_ = std::move(*map);
   master_node_.clear();
-  for (const ClusterNode& m : map_.masters()) {
+  for (size_t i = 0; i < map_.masters().size(); ++i) {
+    const ClusterNode& m = map_.masters()[i];
     Node& n = nodeFor(m.host, m.port);
     n.addr.id = m.id;
     if (auto s = co_await connectNode(n); !s) co_return s;
+    map_.setReplicas(i, std::max(map_.masters()[i].replicas, n.connected_replicas));
     master_node_.push_back(static_cast<int>(std::find(node_index_.begin(), node_index_.end(), &n) -
                                             node_index_.begin()));
     if (master_node_.size() == 1 || oldest(n.server, server_)) server_ = n.server;

@@ -164,6 +164,7 @@ class ClusterTarget {
     ClusterNode addr;
     std::unique_ptr<RedisConnection> conn;
     ServerInfo server;
+    size_t connected_replicas = 0;    // INFO replication connected_slaves at connect
     std::string pending;              // bytes not yet handed to the writer
     std::deque<std::string> batches;  // written (or being written), kept until answered
     uint64_t first_batch = 0;         // id of batches.front()

@@ -150,6 +150,10 @@ class Sink {
   virtual uint64_t ackedOffset() const = 0;
   /** Everything appended has been answered. */
   virtual bool drained() const = 0;
+  /** The last marker is as durable as the sink makes it (a Redis Cluster target: a replica of
+   *  each master has it, or it stopped waiting for one): until then its checkpoint is not
+   *  written. */
+  virtual bool markerSettled() const { return true; }
   /** Over its unanswered commands/bytes limits: the source must not be read further for it. */
   virtual bool overLimits(bool snapshot) const = 0;
   /** Commands appended so far this session, and how many of them the target has answered. */

@@ -43,6 +43,9 @@ class SlotMap {
   /** The master owning `slot` (an index into masters()), -1 when no master owns it. */
   int ownerOf(int slot) const { return owner_[static_cast<size_t>(slot)]; }
   const std::vector<ClusterNode>& masters() const { return masters_; }
+  /** What a master said of its replicas itself (INFO replication connected_slaves, read at
+   *  connect): CLUSTER SLOTS leaves out replicas it does not count healthy yet. */
+  void setReplicas(size_t m, size_t replicas) { masters_[m].replicas = replicas; }
   /** The lowest slot master `m` owns (-1: none). */
   int lowestSlot(size_t m) const;
   /** Slots that no master owns (a cluster that is being set up or lost a shard). */

@@ -11,6 +11,7 @@
 //     SourceFailovers   a source master fails over gracefully, then FORCE: that shard resumes by
 //                       +CONTINUE (its xdcr_full_syncs_total unchanged, partial syncs grew)
 //     TargetFailover    a target master fails over (FORCE)
+//     ATargetReplicaLagging…  a target replica lags through checkpoints, then takes over
 //   TargetMarkerMovedTest (the same clusters): a target reshard carries a master's markers away
 //     while the agent is stopped, then it is killed: not a target loss; with that master then
 //     restarted empty: a target loss
@@ -924,6 +925,40 @@ TEST_F(ClusterToClusterTest, TargetFailover) {
   printCounters("after the target failover");
   EXPECT_TRUE(agent_->running()) << agent_->describeState();
   report("TargetFailover took " + std::to_string(msSince(started)) + " ms");
+}
+
+// 1(e): a target replica lags through several checkpoints (SIGSTOPped 3 s under load: every
+// WAIT 1 of its master's markers answers 0), then the master freezes and the lagging replica
+// takes over without it, lacking those 3 s. The checkpoints must not have counted what only the
+// master held: the agent resumes from one the promoted replica has (no target-loss resync, which
+// on a cluster target leaves keys the source deleted meanwhile) and the target ends equal.
+// Before the markers' WAIT held the checkpoint (fresh-machine run, issue 33: TargetFailover
+// under load), each checkpoint counted after a WAIT answered 0.
+TEST_F(ClusterToClusterTest, ATargetReplicaLaggingThroughCheckpointsIsPromotedWithoutLoss) {
+  ASSERT_NO_FATAL_FAILURE(startReplicating("lag-dst", 27));
+  RedisServer* master = target_->masters()[1];
+  RedisServer* replica = target_->replicasOf(*master).front();
+  ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("lg", 107), kOpsBefore));
+  ASSERT_EQ(::kill(replica->pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(3s);  // three checkpoint intervals, the load running
+  ASSERT_EQ(::kill(master->pid(), SIGSTOP), 0);
+  ASSERT_EQ(::kill(replica->pid(), SIGCONT), 0);
+  {
+    RespClient r = replica->client();
+    ASSERT_EQ(r.command({"CLUSTER", "FAILOVER", "TAKEOVER"}).toString(), "OK");
+    ASSERT_TRUE(waitUntil([&] { return r.command({"ROLE"}).array().front().str() == "master"; },
+                          20s, 50ms));
+  }
+  ASSERT_EQ(::kill(master->pid(), SIGCONT), 0);
+  ASSERT_NO_FATAL_FAILURE(target_->waitHealthy(60s));
+  report("target replica " + replica->address() + " lagged 3 s, then took over from " +
+         master->address());
+  ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
+  expectEqual("after a lagging target replica took over");
+  const std::string m = metricsText();
+  printCounters("after the takeover");
+  EXPECT_EQ(metricSum(m, "xdcr_target_loss_resyncs_total").sum, 0) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
 }
 
 // 6. Scale-out: two agents split one source cluster by slot ranges (`slots` on the source), each
