@@ -24,6 +24,16 @@ bool isOneOf(std::string_view name, std::initializer_list<std::string_view> name
   return false;
 }
 
+/** `text` as a SCAN MATCH pattern that matches it literally. */
+std::string globLiteral(std::string_view text) {
+  std::string pattern;
+  for (char ch : text) {
+    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern.push_back('\\');
+    pattern.push_back(ch);
+  }
+  return pattern;
+}
+
 }  // namespace
 
 ClusterSink::ClusterSink(net::any_io_executor ex, const config::PipelineConfig& pipeline,
@@ -63,12 +73,7 @@ net::awaitable<Result<std::vector<std::pair<std::string, std::string>>>> Cluster
   constexpr auto kTimeout = std::chrono::seconds(10);
   constexpr int kMaxPages = 256;  // x COUNT 1000: about 256,000 keys looked at, at most
   std::vector<std::pair<std::string, std::string>> found;
-  std::string pattern;
-  for (char ch : marker_prefix_) {
-    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern.push_back('\\');
-    pattern.push_back(ch);
-  }
-  pattern += "{*}";
+  const std::string pattern = globLiteral(marker_prefix_) + "{*}";
   std::string cursor = "0";
   for (int page = 0; page < kMaxPages; ++page) {
     const std::vector<std::vector<std::string>> scan = {
@@ -176,12 +181,7 @@ net::awaitable<Status> ClusterSink::readRecords(RedisConnection& conn, int probe
   const std::vector<std::vector<std::string>> check = {{"EXISTS", probe}, {"HGETALL", probe}};
   auto c = co_await conn.callMany(check, kTimeout);
   if (!c) co_return fail(c.error());
-  std::string pattern;
-  for (char ch : record_prefix_) {
-    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') pattern.push_back('\\');
-    pattern.push_back(ch);
-  }
-  pattern += "{*}";
+  const std::string pattern = globLiteral(record_prefix_) + "{*}";
   Result<std::vector<std::string>> keys = fail(Error::io("not read"));
   if (!(*c)[0].isError() && !(*c)[1].isError()) keys = co_await scanKeys(conn, pattern);
   if ((*c)[0].isError() || (*c)[1].isError() || !keys) {
@@ -824,31 +824,8 @@ void ClusterSink::restoreCopies(const source::DocumentRead& read) {
     const source::DocumentKey key{doc.db, doc.key};
     const std::optional<RepairReason> asked = book_.claim(key);
     if (!asked) continue;  // another pipeline's
-    // The document as a snapshot key: the pipeline's filters (strip_ttl) and the rules of a
-    // create (§4, §8) decide its deadline, on the target's clock now.
-    judged_.entry = nullptr;
-    judged_.spec = nullptr;
-    judged_.effect = source::Effect::SnapshotKey;
-    judged_.db = doc.db;
-    judged_.key_args.clear();
-    judged_.events.resize(1);
-    source::Event& ev = judged_.events.front();
-    ev = source::Event{};
-    ev.kind = EventKind::Mutation;
-    ev.rule = source::DeadlineRule::Explicit;
-    ev.db = doc.db;
-    ev.key = doc.key;
-    ev.deadline_ms = doc.deadline_ms;
-    if (doc.exists) {
-      payload.type = doc.type();
-      payload.value = doc.value();
-      payload.rdb_version = doc.rdbVersion();
-      payload.flavor =
-          payload.rdb_version >= 80 ? source::rdb::Flavor::Valkey : source::rdb::Flavor::Redis;
-      judged_.rdb = &payload;
-    } else {
-      judged_.rdb = nullptr;
-    }
+    documentAsSnapshotKey(doc, payload, judged_);
+    const source::Event& ev = judged_.events.front();
     filter_.judge(judged_);
     if (!ev.pass) continue;  // outside the key space now (a reload changed it)
     // The record in the key's own slot (after key_rewrite: the slot it is written to).

@@ -16,6 +16,31 @@ constexpr int64_t kDueToleranceMs = 100;
 
 }  // namespace
 
+void documentAsSnapshotKey(const source::SourceDocument& doc, source::RdbPayload& payload,
+                           source::Change& c) {
+  c.entry = nullptr;
+  c.spec = nullptr;
+  c.effect = source::Effect::SnapshotKey;
+  c.db = doc.db;
+  c.key_args.clear();
+  c.events.resize(1);
+  source::Event& ev = c.events.front();
+  ev = source::Event{};
+  ev.kind = EventKind::Mutation;
+  ev.rule = source::DeadlineRule::Explicit;
+  ev.db = doc.db;
+  ev.key = doc.key;
+  ev.deadline_ms = doc.deadline_ms;
+  c.rdb = nullptr;
+  if (!doc.exists) return;
+  payload.type = doc.type();
+  payload.value = doc.value();
+  payload.rdb_version = doc.rdbVersion();
+  payload.flavor =
+      payload.rdb_version >= 80 ? source::rdb::Flavor::Valkey : source::rdb::Flavor::Redis;
+  c.rdb = &payload;
+}
+
 bool CopyRepairBook::gone(const Applier::Watch& w, resp::ReplyType type, int64_t integer,
                           std::string_view error, int64_t now_ms) {
   switch (w.kind) {
@@ -44,8 +69,7 @@ void CopyRepairBook::onWatched(const Applier::Watch& w, uint64_t offset, resp::R
   if (!w.from_key.empty()) request(w.from_db, w.from_key, w.reason, offset);
 }
 
-void CopyRepairBook::request(int db, const std::string& key, RepairReason reason,
-                             uint64_t offset) {
+void CopyRepairBook::request(int db, const std::string& key, RepairReason reason, uint64_t offset) {
   // A copy restored from a read at or past this write holds it already.
   if (auto x = skips_.until(db, key); x && *x >= offset) return;
   // Keys a later multi-key change linked to this one may hold its fragment: read them too.
@@ -156,7 +180,8 @@ uint64_t& CopyRepairBook::restoredCounter(RepairReason reason) {
 
 void CopyRepairBook::restored(int db, std::string_view key, uint64_t x, std::string record_key) {
   skips_.add(db, key, x);
-  records_.push_back({std::move(record_key), RepairSkips::field(db, key), x});
+  if (!record_key.empty())
+    records_.push_back({std::move(record_key), RepairSkips::field(db, key), x});
 }
 
 bool CopyRepairBook::loadRecord(const std::string& record_key, const std::string& field,

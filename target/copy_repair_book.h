@@ -25,6 +25,15 @@
 
 namespace xdcr::target {
 
+/**
+ * The document read back as a snapshot key in `c` (its vectors reused): the pipeline's filters
+ * (strip_ttl) and the rules of a create (§4, §8) then decide its deadline, on the target's clock
+ * at the write. `payload` holds its value (c.rdb points to it) when the source had the key; the
+ * caller keeps it alive while `c` is used.
+ */
+void documentAsSnapshotKey(const source::SourceDocument& doc, source::RdbPayload& payload,
+                           source::Change& c);
+
 class CopyRepairBook {
  public:
   /** `label` names the pipeline and target in messages. */
@@ -69,8 +78,9 @@ class CopyRepairBook {
   /** Counts and names a copy that could not be restored. */
   void unrecoverable(const source::DocumentKey& key, const std::string& why);
   uint64_t& restoredCounter(RepairReason reason);
-  /** Written to the target with a record (`field` of hash `record_key`) saying it holds the
-   *  stream up to `x`: the key's events up to x are skipped from now on. */
+  /** Written to the target with a record (`field` of hash `record_key`; "": none, a target
+   *  whose writes are all idempotent) saying it holds the stream up to `x`: the key's events up
+   *  to x are skipped from now on. */
   void restored(int db, std::string_view key, uint64_t x, std::string record_key);
   /** A record read from the target when a session starts: a replay skips its key's events up
    *  to `until`. False when the field is not one of ours. */

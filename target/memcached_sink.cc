@@ -69,7 +69,8 @@ MemcachedSink::MemcachedSink(net::any_io_executor ex, const config::PipelineConf
       policy_(policy),
       target_clock_(target_clock),
       writer_(ex, target_cluster, label_, stats, clock),
-      marker_key_(markerKey(instance)) {}
+      marker_key_(markerKey(instance)),
+      book_(label_, stats) {}
 
 net::awaitable<Status> MemcachedSink::connect() {
   if (auto s = co_await writer_.connect(); !s) co_return s;
@@ -334,74 +335,36 @@ void MemcachedSink::touch(const source::Event& ev, int64_t e_ms, int64_t now) {
 void MemcachedSink::watchTouch(int db, std::string_view key) {
   writer_.onReply(writer_.lastAddedSeq(), [this, db, key = std::string(key),
                                            offset = unit_offset_](const mc::Reply& reply) {
-    if (reply.kind == mc::Reply::Kind::Miss) requestRepair(db, key, offset);
+    if (reply.kind == mc::Reply::Kind::Miss) {
+      book_.request(db, key, RepairReason::ExpiredBeforeWrite, offset);
+    }
     return Status{};
   });
 }
 
-void MemcachedSink::requestRepair(int db, const std::string& key, uint64_t offset) {
-  // A copy restored from a read at or past this touch holds it already.
-  if (auto x = skips_.until(db, key); x && *x >= offset) return;
-  if (!requested_.emplace(db, key).second) return;
-  repairs_.emplace_back(db, key);
-  if (repairs_.size() == 1 && repair_wanted_) repair_wanted_();
-}
-
 std::vector<source::DocumentKey> MemcachedSink::takeRepairs() {
-  std::vector<source::DocumentKey> out;
-  out.swap(repairs_);
-  return out;
-}
-
-void MemcachedSink::copyUnrecoverable(const source::DocumentKey& key, const std::string& why) {
-  ++stats_.copies_unrecoverable;
-  uint64_t suppressed = 0;
-  if (repair_log_.allow(suppressed)) {
-    spdlog::error(
-        "{}: the target's copy of \"{}\" (db {}) was gone when a renewal reached it and could "
-        "not be restored: {} (counted in xdcr_target_copies_unrecoverable_total){}",
-        label_, key.second, key.first, why,
-        suppressed ? fmt::format(" ({} more suppressed)", suppressed) : "");
-  }
+  return book_.take();
 }
 
 void MemcachedSink::restoreCopies(const source::DocumentRead& read) {
   for (const auto& [key, why] : read.unreadable) {
-    if (requested_.erase(key) > 0) copyUnrecoverable(key, why);
+    if (book_.claim(key)) book_.unrecoverable(key, why);
   }
   const int64_t now = target_clock_.nowMs();
   for (const source::SourceDocument& doc : read.docs) {
     const source::DocumentKey key{doc.db, doc.key};
-    if (requested_.erase(key) == 0) continue;  // another pipeline's
-    // The document as a snapshot key: the filters and the deadline rules of a whole value.
-    judged_.entry = nullptr;
-    judged_.spec = nullptr;
-    judged_.effect = Effect::SnapshotKey;
-    judged_.db = doc.db;
-    judged_.key_args.clear();
-    judged_.events.resize(1);
-    source::Event& ev = judged_.events.front();
-    ev = source::Event{};
-    ev.kind = EventKind::Mutation;
-    ev.rule = source::DeadlineRule::Explicit;
-    ev.db = doc.db;
-    ev.key = doc.key;
-    ev.deadline_ms = doc.deadline_ms;
-    judged_.rdb = nullptr;
+    if (!book_.claim(key)) continue;  // another pipeline's
+    documentAsSnapshotKey(doc, restored_payload_, judged_);
+    const source::Event& ev = judged_.events.front();
     filter_.judge(judged_);
     if (!ev.pass) continue;  // outside the key space now (a reload changed it)
-    skips_.add(doc.db, doc.key, read.offset);
+    book_.restored(doc.db, doc.key, read.offset, "");  // idempotent writes: no record
     if (!doc.exists) {
       // Gone on the source too (deleted or expired by the time of the read): so on the target.
       remove(doc.db, doc.key);
       writer_.commit(last_offset_);
       continue;
     }
-    restored_payload_.type = doc.type();
-    restored_payload_.value = doc.value();
-    restored_payload_.rdb_version = doc.rdbVersion();
-    restored_payload_.flavor = restored_payload_.rdb_version >= 80 ? source::rdb::Flavor::Valkey
-                                                                   : source::rdb::Flavor::Redis;
     std::string why;
     const Outcome outcome = writeDocument(ev, restored_payload_, now, why);
     writer_.commit(last_offset_);
@@ -412,7 +375,7 @@ void MemcachedSink::restoreCopies(const source::DocumentRead& read) {
     writer_.onReply(writer_.committedCommands(), [this, key](const mc::Reply& reply) -> Status {
       if (!reply.isError()) return Status{};
       --stats_.copies_restored_expired;
-      copyUnrecoverable(key, "the target refused it: " + reply.text);
+      book_.unrecoverable(key, "the target refused it: " + reply.text);
       return Status{};
     });
   }
@@ -463,17 +426,12 @@ void MemcachedSink::apply(const source::ResolvedUnit& unit, bool /*write*/) {
     return;
   }
   unit_offset_ = unit.offset_end;
-  skips_.passed(unit.offset_end);
+  book_.passed(unit.offset_end, writer_.ackedOffset());
   for (const auto& c : unit.view()) {
     judged_ = c;
     filter_.judge(judged_);
-    if (!skips_.empty()) {
-      // A key restored from a read at or past this unit holds its change already (every write
-      // here is to one key, or deletes: dropped per key).
-      for (auto& ev : judged_.events) {
-        if (ev.pass && skips_.covers(ev.db, ev.key, unit.offset_end)) ev.pass = false;
-      }
-    }
+    // A key restored from a read at or past this unit holds its change already.
+    book_.dropRestored(judged_, unit.offset_end);
     applyChange(judged_, now);
   }
   last_offset_ = unit.offset_end;

@@ -13,7 +13,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 
 #include "clock/clock.h"
@@ -23,7 +22,7 @@
 #include "filters/event_filter.h"
 #include "filters/key_space.h"
 #include "source/rdb_value.h"
-#include "target/copy_repair.h"
+#include "target/copy_repair_book.h"
 #include "target/max_ttl.h"
 #include "target/memcached_encoder.h"
 #include "target/memcached_writer.h"
@@ -98,7 +97,7 @@ class MemcachedSink final : public Sink {
   // kept for a replay after a crash (a replayed touch misses again and reads it back again).
   std::vector<source::DocumentKey> takeRepairs() override;
   void setRepairWanted(std::function<void()> wanted) override {
-    repair_wanted_ = std::move(wanted);
+    book_.setWanted(std::move(wanted));
   }
   void restoreCopies(const source::DocumentRead& read) override;
 
@@ -128,8 +127,6 @@ class MemcachedSink final : public Sink {
                         std::string& why);
   /** A touch's reply: EN means the copy was gone; its document is read back. */
   void watchTouch(int db, std::string_view key);
-  void requestRepair(int db, const std::string& key, uint64_t offset);
-  void copyUnrecoverable(const source::DocumentKey& key, const std::string& why);
 
   std::string label_;
   const config::PipelineConfig& pipeline_;
@@ -154,11 +151,7 @@ class MemcachedSink final : public Sink {
   // Copy repairs (§12).
   uint64_t unit_offset_ = 0;  // the unit being applied (its end): where a touch's reply points
   uint64_t last_offset_ = 0;  // the last unit applied
-  RepairSkips skips_;         // keys restored at X: their events in units up to X are not written
-  std::set<source::DocumentKey> requested_;   // asked for, not yet restored
-  std::vector<source::DocumentKey> repairs_;  // asked for, not yet taken by the link
-  std::function<void()> repair_wanted_;
-  LogRateLimiter repair_log_;
+  CopyRepairBook book_;
   source::RdbPayload restored_payload_;
 };
 

@@ -220,31 +220,8 @@ void RedisSink::restoreCopies(const source::DocumentRead& read) {
     const std::optional<RepairReason> asked = book_.claim(key);
     if (!asked) continue;  // another pipeline's
     const RepairReason reason = *asked;
-    // The document as a snapshot key: the pipeline's filters (strip_ttl) and the rules of a
-    // create (§4, §8) decide its deadline, on the target's clock now.
-    judged_.entry = nullptr;
-    judged_.spec = nullptr;
-    judged_.effect = source::Effect::SnapshotKey;
-    judged_.db = doc.db;
-    judged_.key_args.clear();
-    judged_.events.resize(1);
-    source::Event& ev = judged_.events.front();
-    ev = source::Event{};
-    ev.kind = EventKind::Mutation;
-    ev.rule = source::DeadlineRule::Explicit;
-    ev.db = doc.db;
-    ev.key = doc.key;
-    ev.deadline_ms = doc.deadline_ms;
-    if (doc.exists) {
-      payload.type = doc.type();
-      payload.value = doc.value();
-      payload.rdb_version = doc.rdbVersion();
-      payload.flavor =
-          payload.rdb_version >= 80 ? source::rdb::Flavor::Valkey : source::rdb::Flavor::Redis;
-      judged_.rdb = &payload;
-    } else {
-      judged_.rdb = nullptr;
-    }
+    documentAsSnapshotKey(doc, payload, judged_);
+    const source::Event& ev = judged_.events.front();
     filter_.judge(judged_);
     if (!ev.pass) continue;  // outside the key space now (a reload changed it)
     applier_.beginUnit(true);
