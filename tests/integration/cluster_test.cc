@@ -1289,8 +1289,11 @@ TEST_F(StandaloneToClusterTest, SessionsAndCountersRenewedWhileTheAgentIsStopped
   ASSERT_NO_FATAL_FAILURE(round(10));
   auto onTarget = [&](const std::string& key) { return dst.command({"EXISTS", key}).integer(); };
   // The round's last write (EXPIRE of the last counter) applied: every copy has its deadline.
-  ASSERT_TRUE(waitUntil([&] { return dst.command({"PTTL", counters.back()}).integer() > 0; },
-                        30s, 100ms));
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"PTTL", counters.back()}).integer() > 0;
+      },
+      30s, 100ms));
   ASSERT_EQ(::kill(agent_->pid(), SIGSTOP), 0);
   auto rounds = [&](int n) {
     auto next = SteadyClock::now();

@@ -125,7 +125,7 @@ class PortReservation {
   /** The socket's inode, as /proc/net/{udp,tcp} list it. A forked child (the watchdog, until it
    * closes what it inherited) may keep the socket bound a moment after release(). */
   unsigned long inode() const {
-    struct stat st{};
+    struct stat st {};
     return fd_ >= 0 && ::fstat(fd_, &st) == 0 ? static_cast<unsigned long>(st.st_ino) : 0;
   }
   void release() {
