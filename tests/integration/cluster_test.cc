@@ -758,7 +758,8 @@ class TargetMarkerMovedTest : public ClusterToClusterTest {
     ASSERT_NO_FATAL_FAILURE(startLoad(source_->seeds(), loadOptions("mm", 105), kOpsBefore));
     ASSERT_NO_FATAL_FAILURE(finishLoad(kOpsAfter, true));
     const int64_t loaded_ms = unixTimeMs();
-    for (const auto& sh : pipelineStatus()["shards"]) {
+    const nlohmann::json status = pipelineStatus();  // (kept: the loop reads into it)
+    for (const auto& sh : status["shards"]) {
       ASSERT_TRUE(waitShardCheckpoint(sh.value("shard", ""), loaded_ms))
           << "no checkpoint after the load: " << pipelineStatus().dump();
     }
