@@ -71,29 +71,21 @@ std::string ClusterSink::markerKeyFor(size_t m) const {
 net::awaitable<Result<std::vector<std::pair<std::string, std::string>>>> ClusterSink::scanMarkers(
     RedisConnection& conn, const std::vector<std::string>& accepted, bool first_only) {
   constexpr auto kTimeout = std::chrono::seconds(10);
-  constexpr int kMaxPages = 256;  // x COUNT 1000: about 256,000 keys looked at, at most
   std::vector<std::pair<std::string, std::string>> found;
-  const std::string pattern = globLiteral(marker_prefix_) + "{*}";
-  std::string cursor = "0";
-  for (int page = 0; page < kMaxPages; ++page) {
-    const std::vector<std::vector<std::string>> scan = {
-        {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}};
-    auto r = co_await conn.callMany(scan, kTimeout);
-    if (!r) co_return fail(r.error());
-    const resp::Value& v = (*r)[0];
-    if (v.type != resp::ReplyType::Array || v.elements.size() != 2) break;
-    for (const auto& key : v.elements[1].elements) {
-      const std::vector<std::vector<std::string>> get = {{"GET", key.str}};
-      auto g = co_await conn.callMany(get, kTimeout);
-      if (!g) co_return fail(g.error());
-      if ((*g)[0].type == resp::ReplyType::Bulk &&
-          std::find(accepted.begin(), accepted.end(), (*g)[0].str) != accepted.end()) {
-        found.emplace_back(key.str, (*g)[0].str);
-        if (first_only) co_return found;
-      }
+  auto keys = co_await scanKeys(conn, globLiteral(marker_prefix_) + "{*}");
+  if (!keys) {
+    if (keys.error().kind == Error::Kind::Refused) co_return found;  // SCAN refused: none found
+    co_return fail(keys.error());
+  }
+  for (const std::string& key : *keys) {
+    const std::vector<std::vector<std::string>> get = {{"GET", key}};
+    auto g = co_await conn.callMany(get, kTimeout);
+    if (!g) co_return fail(g.error());
+    if ((*g)[0].type == resp::ReplyType::Bulk &&
+        std::find(accepted.begin(), accepted.end(), (*g)[0].str) != accepted.end()) {
+      found.emplace_back(key, (*g)[0].str);
+      if (first_only) co_return found;
     }
-    cursor = v.elements[0].str;
-    if (cursor == "0") break;
   }
   co_return found;
 }
@@ -155,7 +147,7 @@ net::awaitable<Status> ClusterSink::readUnmarked(const std::vector<std::string>&
 net::awaitable<Result<std::vector<std::string>>> ClusterSink::scanKeys(RedisConnection& conn,
                                                                        const std::string& pattern) {
   constexpr auto kTimeout = std::chrono::seconds(10);
-  constexpr int kMaxPages = 256;  // x COUNT 1000
+  constexpr int kMaxPages = 256;  // x COUNT 1000: about 256,000 keys looked at, at most
   std::vector<std::string> keys;
   std::string cursor = "0";
   for (int page = 0; page < kMaxPages; ++page) {
