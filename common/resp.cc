@@ -1,5 +1,6 @@
 #include "common/resp.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -49,7 +50,8 @@ ParseResult needMore(size_t need = 0) {
 }
 
 /** Recursive worker for parseReply. `pos` advances past the value when Complete. */
-ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int depth, bool top) {
+ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int depth, bool top,
+                       ReplyInfo::Item* parent) {
   if (pos >= data.size()) return needMore();
   if (depth > kMaxNesting) return error("RESP reply nested too deeply", pos);
   bool bad = false;
@@ -83,6 +85,8 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
       int64_t v;
       if (!parseInt(data, pos + 1, end, v)) return error("bad RESP integer", pos);
       if (item) info.items.push_back({ReplyType::Integer, v});
+      if (info.collect_items && depth == 1) info.least = std::min(info.least, v);
+      if (parent != nullptr) parent->least = std::min(parent->least, v);
       if (top) {
         info.type = ReplyType::Integer;
         info.integer = v;
@@ -123,9 +127,12 @@ ParseResult parseValue(std::string_view data, size_t& pos, ReplyInfo& info, int 
       }
       if (top) info.type = n == -1 ? ReplyType::Null : ReplyType::Array;
       if (item) info.items.push_back({n == -1 ? ReplyType::Null : ReplyType::Array, n});
+      // Its integer elements lower the item's `least` (items are only added at depth 1, so the
+      // pointer stays valid while its elements are parsed).
+      ReplyInfo::Item* items_parent = item ? &info.items.back() : nullptr;
       size_t p = end;
       for (int64_t i = 0; i < n; ++i) {
-        ParseResult r = parseValue(data, p, info, depth + 1, false);
+        ParseResult r = parseValue(data, p, info, depth + 1, false, items_parent);
         if (r.status != ParseStatus::Complete) return r;
       }
       pos = p;
@@ -186,8 +193,9 @@ ParseResult parseReply(std::string_view data, ReplyInfo& info) {
   info.integer = 0;
   info.elements.clear();
   info.items.clear();
+  info.least = std::numeric_limits<int64_t>::max();
   size_t pos = 0;
-  ParseResult r = parseValue(data, pos, info, 0, true);
+  ParseResult r = parseValue(data, pos, info, 0, true, nullptr);
   if (r.status == ParseStatus::Complete) r.consumed = pos;
   return r;
 }

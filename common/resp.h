@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,10 +71,15 @@ struct ReplyInfo {
   struct Item {
     ReplyType type = ReplyType::Null;
     int64_t integer = 0;
+    /** An array element: the least integer among its own elements (an HPEXPIREAT's codes in
+     *  an EXEC's array: -2 = no such field); INT64_MAX when it holds none. */
+    int64_t least = std::numeric_limits<int64_t>::max();
   };
   static constexpr size_t kMaxItems = 1 << 16;
   bool collect_items = false;
   std::vector<Item> items;
+  /** With `collect_items`: the least integer element of a top-level array (INT64_MAX: none). */
+  int64_t least = std::numeric_limits<int64_t>::max();
 };
 
 /** Parses one reply of any type starting at `data[0]`, filling `info`. */

@@ -49,8 +49,8 @@ constexpr CommandSpec kCommands[] = {
     // and the clamp of the key's own deadline apply; the field deadlines are translated or
     // stripped (field_deadline, docs/hash-field-expiry.md).
     {"hsetex", E::InPlace, 1, 1, 1, KeyLayout::Range, false, true},
-    {"hpexpireat", E::InPlace, 1, 1, 1, KeyLayout::Range, false, true},
-    {"hpersist", E::InPlace, 1, 1, 1},
+    {"hpexpireat", E::InPlace, 1, 1, 1, KeyLayout::Range, false, true, true},
+    {"hpersist", E::InPlace, 1, 1, 1, KeyLayout::Range, false, false, true},
     {"hgetdel", E::InPlace, 1, 1, 1},  // Valkey 9 propagates it as is
     // vector sets (Redis 8)
     {"vadd", E::InPlace, 1, 1, 1},

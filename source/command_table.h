@@ -60,6 +60,9 @@ struct CommandSpec {
   /** HPEXPIREAT, HSETEX: the command states hash-field deadlines (hash-field-expiry.md): they
    *  are translated by skew compensation and removed by strip_ttl. */
   bool field_deadline = false;
+  /** HPEXPIREAT, HPERSIST: a renewal of hash fields, whose reply codes say (-2) that a field's
+   *  copy on the target is gone (expiry-semantics.md §12). */
+  bool field_renewal = false;
 };
 
 /**

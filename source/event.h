@@ -46,6 +46,10 @@ struct Event {
   // strip_ttl applies to hash-field deadlines too: the applier leaves them out of a snapshot
   // key's rebuild and out of HPEXPIREAT / HSETEX (hash-field-expiry.md).
   bool strip_field_ttls = false;
+  // HINCRBY, HINCRBYFLOAT (the field is args[2]): the field's source deadline as the field
+  // index knows it (0: none, or unknown), so that the applier can guard a write to a field
+  // whose copy may have expired on the target (expiry-semantics.md §12, S-11).
+  int64_t field_deadline_ms = 0;
 };
 
 /** The value of one snapshot key: the RDB's raw value bytes, written as a RESTORE payload. */

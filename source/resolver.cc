@@ -139,6 +139,10 @@ void Resolver::trackFields(const Entry& entry, Change& c, int64_t source_now) {
              resp::iequals(cmd, "hsetnx")) {
     // Writing a field clears its TTL (HINCRBY* alter it in place and keep it).
     for (size_t i = 2; i < argc; i += 2) fields_.erase(ev.db, ev.key, entry.args[i]);
+  } else if (resp::iequals(cmd, "hincrby") || resp::iequals(cmd, "hincrbyfloat")) {
+    // They change the field in place and keep its deadline: the applier guards the write when
+    // that deadline is near (the target's copy of the field may be gone).
+    if (argc > 2) ev.field_deadline_ms = fields_.get(ev.db, ev.key, entry.args[2]);
   } else if (resp::iequals(cmd, "hdel")) {
     // A source sends a field's expiry as HDEL of that one field; a user's HDEL of a field past
     // its deadline is the same command, and the same on the source: the field was gone.

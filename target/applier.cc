@@ -11,6 +11,20 @@ using source::DeadlineRule;
 using source::Effect;
 using source::Event;
 
+namespace {
+
+/** HSETEX … FXX …: it sets its fields only if every one of them exists (before FIELDS). */
+bool hsetexOnlyIfFieldsExist(const source::Entry& e) {
+  if (e.args.empty() || !resp::iequals(e.args[0], "hsetex")) return false;
+  for (size_t i = 2; i < e.args.size(); ++i) {
+    if (resp::iequals(e.args[i], "FIELDS")) return false;
+    if (resp::iequals(e.args[i], "FXX")) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Applier::Applier(const MaxTtlPolicy& policy, const filters::KeySpace& keys,
                  const clock::ClusterClock& target_clock, PipelineStats& stats)
     : policy_(policy), keys_(keys), target_clock_(target_clock), stats_(stats) {}
@@ -406,7 +420,30 @@ void Applier::apply(const source::Change& c) {
           if (d.db == d0.db) guardCopy(d, ev, ev.deadline_ms ? toTarget(ev.deadline_ms) : 0, now);
         }
       }
+      // A field changed in place (HINCRBY) whose copy may have expired: `HEXISTS k f` ahead of
+      // it (0: gone; the whole hash is read back, S-11).
+      if (watched && first.field_deadline_ms != 0 && server_.fieldTtls() &&
+          !first.strip_field_ttls && c.entry != nullptr && c.entry->args.size() > 2) {
+        const int64_t field_t = toTarget(first.field_deadline_ms);
+        if (field_t <= now + guard_margin_ms_) {
+          watchNext(WatchKind::Guard, RepairReason::FieldExpiredBeforeWrite, first, field_t);
+          cmd(3);
+          bulk("HEXISTS");
+          bulkKey(d0);
+          bulk(c.entry->args[2]);
+        }
+      }
       const size_t write_index = entry_cmds_;
+      // A hash field's renewal (HPEXPIREAT, HPERSIST), where the target keeps field deadlines:
+      // a -2 among its codes says a field's copy is gone (§12: the whole hash is read back).
+      if (watched && c.spec != nullptr && c.spec->field_renewal && server_.fieldTtls() &&
+          !first.strip_field_ttls && c.entry != nullptr && c.entry->args.size() > 2) {
+        watchNext(WatchKind::FieldRenewal, RepairReason::FieldExpiredBeforeWrite, first);
+      } else if (watched && c.spec != nullptr && c.spec->field_deadline && server_.fieldTtls() &&
+                 hsetexOnlyIfFieldsExist(*c.entry)) {
+        // HSETEX FXX sets nothing (0) when a field is missing: its copy expired (S-12).
+        watchNext(WatchKind::Renewal, RepairReason::FieldExpiredBeforeWrite, first);
+      }
       if (c.spec != nullptr && c.spec->field_deadline) {
         forwardFieldDeadline(c, first);
       } else {

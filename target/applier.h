@@ -106,9 +106,11 @@ class Applier {
    * renewal's own PEXPIREAT (0: gone), a guard `EXISTS k` ahead of an in-place write, SET
    * KEEPTTL or PERSIST in that entry's MULTI (0: gone) where the copy may have ended, RENAME's
    * "no such key", COPY's and MOVE's 0. A write near its copy's deadline without a guard is
-   * watched too (Late): gone if answered at or past that deadline.
+   * watched too (Late): gone if answered at or past that deadline. A hash field's renewal
+   * (HPEXPIREAT, HPERSIST) is watched as FieldRenewal: a code -2 (no such field, or no such
+   * key) in its reply says a field's copy is gone.
    */
-  enum class WatchKind : uint8_t { Renewal, Guard, Rename, CopyMove, Late };
+  enum class WatchKind : uint8_t { Renewal, Guard, Rename, CopyMove, Late, FieldRenewal };
   struct Watch {
     WatchKind kind = WatchKind::Guard;
     RepairReason reason = RepairReason::ExpiredBeforeWrite;

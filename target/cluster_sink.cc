@@ -170,23 +170,26 @@ net::awaitable<Status> ClusterSink::readRecords(RedisConnection& conn, int probe
   // What the guards and records need: a guard refused inside a MULTI would discard the write
   // it guards (EXECABORT), so without them nothing is watched, as before copies were restored.
   const std::string probe = fmt::format("{}{{{}}}", record_prefix_, cluster::slotTag(probe_slot));
-  const std::vector<std::vector<std::string>> check = {{"EXISTS", probe}, {"HGETALL", probe}};
+  const std::vector<std::vector<std::string>> check = {
+      {"EXISTS", probe}, {"HGETALL", probe}, {"HEXISTS", probe, "-"}};
   auto c = co_await conn.callMany(check, kTimeout);
   if (!c) co_return fail(c.error());
   const std::string pattern = globLiteral(record_prefix_) + "{*}";
   Result<std::vector<std::string>> keys = fail(Error::io("not read"));
-  if (!(*c)[0].isError() && !(*c)[1].isError()) keys = co_await scanKeys(conn, pattern);
-  if ((*c)[0].isError() || (*c)[1].isError() || !keys) {
+  const bool refused = (*c)[0].isError() || (*c)[1].isError() || (*c)[2].isError();
+  if (!refused) keys = co_await scanKeys(conn, pattern);
+  if (refused || !keys) {
     applier_.setCopyWatch(false, 0, 0);
     if (!copy_watch_refused_said_) {
       copy_watch_refused_said_ = true;
       spdlog::warn(
           "{}: the target refused {}: copies the target expires before a later source write "
           "reaches them are NOT restored (expiry-semantics.md §12); grant the target's user "
-          "+exists +hgetall +scan",
+          "+exists +hexists +hgetall +scan",
           label_,
           (*c)[0].isError()   ? "EXISTS (" + (*c)[0].str + ")"
           : (*c)[1].isError() ? "HGETALL (" + (*c)[1].str + ")"
+          : (*c)[2].isError() ? "HEXISTS (" + (*c)[2].str + ")"
                               : "SCAN (" + keys.error().message + ")");
     }
     co_return Status{};
@@ -451,14 +454,16 @@ std::shared_ptr<ClusterTarget::PartWatch> ClusterSink::sliceWatch(const Slice& s
       if (k >= got.size()) continue;
       const resp::ReplyInfo& r = got[k];
       resp::ReplyType type = r.type;
-      int64_t integer = r.integer;
+      // An array (HPEXPIREAT's codes) is judged by its least integer element.
+      int64_t integer = r.type == resp::ReplyType::Array ? r.least : r.integer;
       if (j.element >= 0) {
         // An element of an EXEC's array; an EXEC that did not run ran none of its writes.
         if (r.type != resp::ReplyType::Array || static_cast<size_t>(j.element) >= r.items.size()) {
           continue;
         }
-        type = r.items[static_cast<size_t>(j.element)].type;
-        integer = r.items[static_cast<size_t>(j.element)].integer;
+        const resp::ReplyInfo::Item& item = r.items[static_cast<size_t>(j.element)];
+        type = item.type;
+        integer = item.type == resp::ReplyType::Array ? item.least : item.integer;
       }
       book_.onWatched(j.w, offset, type, integer, r.text, target_clock_.nowMs());
     }
@@ -492,6 +497,8 @@ void ClusterSink::addCommand(std::string_view raw, const std::vector<std::string
     // A copy's guard (expiry-semantics.md §12), a read the write-command table does not know:
     // it must stay with the write it guards, in that key's slot and MULTI.
     for (size_t i = 1; i < args.size(); ++i) key_pos_.push_back(static_cast<uint16_t>(i));
+  } else if (resp::iequals(name, "hexists") && args.size() > 1) {
+    key_pos_.push_back(1);  // a field's guard (S-11): HEXISTS key field
   }
   const bool unsafe = source::isReplayUnsafe(spec);
   if (key_pos_.empty()) {

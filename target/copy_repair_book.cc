@@ -52,6 +52,10 @@ bool CopyRepairBook::gone(const Applier::Watch& w, resp::ReplyType type, int64_t
     case Applier::WatchKind::Renewal:
     case Applier::WatchKind::CopyMove:
       return type == resp::ReplyType::Integer && integer == 0;
+    case Applier::WatchKind::FieldRenewal:
+      // HPEXPIREAT's and HPERSIST's codes, one a field; `integer` is the least of them (the
+      // sinks pass an array's least integer): -2, no such field on the target.
+      return type == resp::ReplyType::Array && integer == -2;
     case Applier::WatchKind::Rename:
       return type == resp::ReplyType::Error && error.find("no such key") != std::string_view::npos;
     case Applier::WatchKind::Late:

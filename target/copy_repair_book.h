@@ -45,8 +45,8 @@ class CopyRepairBook {
 
   /**
    * Whether the reply to a watched write says its copy was gone: (type, integer) of the write's
-   * reply (or of its element of an EXEC), `error` the error text of a RENAME, `now_ms` the
-   * target's clock when the reply came.
+   * reply (or of its element of an EXEC; for an array, its least integer element), `error` the
+   * error text of a RENAME, `now_ms` the target's clock when the reply came.
    */
   static bool gone(const Applier::Watch& w, resp::ReplyType type, int64_t integer,
                    std::string_view error, int64_t now_ms);

@@ -75,8 +75,11 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   }
   // With the marker and the stamp: the copies restored since the checkpoint (§12), whose writes
   // up to their read's offset a replay must skip.
-  const std::vector<std::vector<std::string>> get = {
-      {"GET", marker_key_}, {"GET", stamp_key_}, {"HGETALL", record_key_}, {"EXISTS", record_key_}};
+  const std::vector<std::vector<std::string>> get = {{"GET", marker_key_},
+                                                     {"GET", stamp_key_},
+                                                     {"HGETALL", record_key_},
+                                                     {"EXISTS", record_key_},
+                                                     {"HEXISTS", record_key_, "-"}};
   auto r = co_await conn.callMany(get, kTimeout);
   conn.close();
   if (!r) co_return fail(r.error());
@@ -93,18 +96,23 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   last_marker_ = m.present ? std::optional<std::string>(m.marker) : std::nullopt;
   if (const resp::Value& st = (*r)[1]; st.type == resp::ReplyType::Bulk) m.stamp = st.str;
   book_.beginSession();
-  if ((*r)[2].isError() || (*r)[3].isError()) {
+  if ((*r)[2].isError() || (*r)[3].isError() || (*r)[4].isError()) {
     // A guard refused inside a MULTI would discard the write it guards (EXECABORT): without
-    // +exists and +hgetall no copy is watched, as before copies were restored.
+    // +exists, +hexists and +hgetall no copy is watched, as before copies were restored.
     applier_.setCopyWatch(false, 0, 0);
     if (!copy_watch_refused_said_) {
       copy_watch_refused_said_ = true;
       spdlog::warn(
           "{}: the target refused {} ({}): copies the target expires before a later source "
           "write reaches them are NOT restored (expiry-semantics.md §12); grant the target's "
-          "user +exists +hgetall",
-          label_, (*r)[2].isError() ? "HGETALL" : "EXISTS",
-          (*r)[2].isError() ? (*r)[2].str : (*r)[3].str);
+          "user +exists +hexists +hgetall",
+          label_,
+          (*r)[2].isError()   ? "HGETALL"
+          : (*r)[3].isError() ? "EXISTS"
+                              : "HEXISTS",
+          (*r)[2].isError()   ? (*r)[2].str
+          : (*r)[3].isError() ? (*r)[3].str
+                              : (*r)[4].str);
     }
   }
   if (const resp::Value& rec = (*r)[2]; rec.type == resp::ReplyType::Array) {
@@ -191,7 +199,8 @@ void RedisSink::onWatchedReply(uint64_t seq, const resp::ReplyInfo& reply) {
     watches_.pop_front();
     const Applier::Watch& w = sw.w;
     resp::ReplyType type = reply.type;
-    int64_t integer = reply.integer;
+    // An array (HPEXPIREAT's codes) is judged by its least integer element.
+    int64_t integer = reply.type == resp::ReplyType::Array ? reply.least : reply.integer;
     if (w.element >= 0) {
       // An element of an EXEC's array; an EXEC that did not run (EXECABORT, a null) ran none of
       // its writes either: nothing to judge.
@@ -199,8 +208,9 @@ void RedisSink::onWatchedReply(uint64_t seq, const resp::ReplyInfo& reply) {
           static_cast<size_t>(w.element) >= reply.items.size()) {
         continue;
       }
-      type = reply.items[static_cast<size_t>(w.element)].type;
-      integer = reply.items[static_cast<size_t>(w.element)].integer;
+      const resp::ReplyInfo::Item& item = reply.items[static_cast<size_t>(w.element)];
+      type = item.type;
+      integer = item.type == resp::ReplyType::Array ? item.least : item.integer;
     }
     book_.onWatched(w, sw.offset, type, integer, reply.text, target_clock_.nowMs());
   }

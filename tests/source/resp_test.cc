@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <string>
 #include <vector>
 
@@ -127,6 +129,34 @@ TEST(RespReply, EveryTypeAndEverySplitPoint) {
     EXPECT_TRUE(got[6].has_error);
     EXPECT_EQ(got[6].text, "WRONGTYPE bad");
   }
+}
+
+TEST(RespReply, AnArraysLeastIntegerIsKeptForItselfAndForEachElement) {
+  // HPEXPIREAT's codes alone, then inside an EXEC: -2 (no such field) must show in both.
+  ReplyInfo top;
+  top.collect_items = true;
+  ASSERT_EQ(parseReply("*3\r\n:1\r\n:-2\r\n:2\r\n", top).status, ParseStatus::Complete);
+  EXPECT_EQ(top.least, -2);
+  ASSERT_EQ(top.items.size(), 3u);
+
+  ReplyInfo exec;
+  exec.collect_items = true;
+  const std::string reply = "*3\r\n:0\r\n*2\r\n:1\r\n:-2\r\n*2\r\n:1\r\n*1\r\n:-2\r\n";
+  ASSERT_EQ(parseReply(reply, exec).status, ParseStatus::Complete);
+  ASSERT_EQ(exec.items.size(), 3u);
+  EXPECT_EQ(exec.least, 0);  // the top level's own integers only
+  EXPECT_EQ(exec.items[1].type, ReplyType::Array);
+  EXPECT_EQ(exec.items[1].least, -2);
+  // Only an element's own integers count, not those of an array nested in it.
+  EXPECT_EQ(exec.items[2].least, 1);
+  EXPECT_EQ(exec.items[0].least, std::numeric_limits<int64_t>::max());
+
+  // Not collecting: nothing is kept (the hot path), and the next parse starts anew.
+  ReplyInfo plain;
+  ASSERT_EQ(parseReply("*1\r\n:-2\r\n", plain).status, ParseStatus::Complete);
+  EXPECT_EQ(plain.least, std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(parseReply(":5\r\n", top).status, ParseStatus::Complete);
+  EXPECT_EQ(top.least, std::numeric_limits<int64_t>::max());
 }
 
 TEST(RespReply, HostileNestingIsRejected) {

@@ -3,9 +3,11 @@
 // and which other keys a repair takes along.
 
 #include "target/copy_repair.h"
+#include "target/copy_repair_book.h"
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <unordered_map>
 
@@ -81,6 +83,26 @@ TEST(CopyDeadlines, AgreesWithAMapThroughGrowthAndDeletions) {
         << "hash " << h;
   }
   EXPECT_LE(table.bytes(), model.size() * 12 * 4 / 3 * 2 + 12 * 1024);
+}
+
+TEST(CopyRepairBookGone, AFieldRenewalIsGoneWhenAnyOfItsCodesIsNoSuchField) {
+  Applier::Watch w;
+  w.kind = Applier::WatchKind::FieldRenewal;
+  using T = resp::ReplyType;
+  // HPEXPIREAT's codes: -2 no such field (or no such key), 0 a condition not met, 1 set,
+  // 2 deleted (a deadline already past); HPERSIST's -1: no deadline. The sinks pass the least.
+  EXPECT_TRUE(CopyRepairBook::gone(w, T::Array, -2, "", 0));
+  EXPECT_FALSE(CopyRepairBook::gone(w, T::Array, -1, "", 0));
+  EXPECT_FALSE(CopyRepairBook::gone(w, T::Array, 0, "", 0));
+  EXPECT_FALSE(CopyRepairBook::gone(w, T::Array, 1, "", 0));
+  EXPECT_FALSE(CopyRepairBook::gone(w, T::Array, std::numeric_limits<int64_t>::max(), "", 0));
+  // An error (a target that refused the command) or a non-array says nothing about the copy.
+  EXPECT_FALSE(CopyRepairBook::gone(w, T::Error, -2, "ERR unknown command", 0));
+  EXPECT_FALSE(CopyRepairBook::gone(w, T::Integer, -2, "", 0));
+  // A key-level renewal is judged by its own integer, not by an array's.
+  w.kind = Applier::WatchKind::Renewal;
+  EXPECT_FALSE(CopyRepairBook::gone(w, T::Array, -2, "", 0));
+  EXPECT_TRUE(CopyRepairBook::gone(w, T::Integer, 0, "", 0));
 }
 
 TEST(RepairReason, NamesAreTheMetricLabels) {

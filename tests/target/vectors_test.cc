@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -990,6 +991,96 @@ TEST(CopyWatch, InAStampedGroupTheReplyIsAnElementOfTheGroupsExec) {
   EXPECT_EQ(watched(cmds, c.watches[1]),
             (std::vector<std::string>{"PEXPIREAT", "k", n(kNow + 20 * S)}));
   EXPECT_EQ(watched(cmds, c.watches[2]), (std::vector<std::string>{"EXISTS", "m"}));
+}
+
+TEST(CopyWatch, AHashFieldsRenewalIsWatchedForAFieldTheTargetNoLongerHas) {
+  Chain c;
+  c.watchCopies();
+  const Cmds renew = c.feed1({"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "2", "a", "b"});
+  EXPECT_EQ(renew, (Cmds{{"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "2", "a", "b"}}));
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::FieldRenewal);
+  EXPECT_EQ(c.watches[0].reason, RepairReason::FieldExpiredBeforeWrite);
+  EXPECT_EQ(c.watches[0].key, "h");
+  EXPECT_EQ(watched(renew, c.watches[0]), renew[0]);
+  c.watches.clear();
+  const Cmds persist = c.feed1({"HPERSIST", "h", "FIELDS", "1", "a"});
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::FieldRenewal);
+  EXPECT_EQ(watched(persist, c.watches[0]), persist[0]);
+  c.watches.clear();
+  // A plain field write is not a renewal (HSET writes the field whole; far from the key's
+  // deadline, nothing to guard).
+  c.feed1({"HSET", "h", "a", "1"});
+  EXPECT_TRUE(c.watches.empty());
+
+  // In a max_ttl collection the renewal is followed by the key's clamp, in one MULTI: the
+  // watch is the HPEXPIREAT's element of the EXEC.
+  Chain m;
+  m.maxTtl(0, 60, "h*");
+  m.watchCopies();
+  const Cmds clamped = m.feed1({"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "1", "a"});
+  ASSERT_EQ(clamped.size(), 4u) << ::testing::PrintToString(clamped);
+  const auto field_watch = std::find_if(
+      m.watches.begin(), m.watches.end(),
+      [](const Applier::Watch& w) { return w.kind == Applier::WatchKind::FieldRenewal; });
+  ASSERT_NE(field_watch, m.watches.end());
+  EXPECT_EQ(watched(clamped, *field_watch),
+            (std::vector<std::string>{"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "1", "a"}));
+
+  // Where no field deadline is written, nothing answers: a target without field TTLs, strip_ttl.
+  Chain v8;
+  v8.watchCopies();
+  v8.targetInfo("redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n");
+  EXPECT_EQ(v8.feed1({"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "1", "a"}), Cmds{});
+  EXPECT_TRUE(v8.watches.empty());
+  Chain stripped;
+  stripped.pipe.filters.strip_ttl = true;
+  stripped.watchCopies();
+  EXPECT_EQ(stripped.feed1({"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "1", "a"}), Cmds{});
+  EXPECT_TRUE(stripped.watches.empty());
+}
+
+TEST(CopyWatch, AFieldChangedInPlaceNearItsDeadlineIsGuardedByHexists) {
+  Chain c;
+  c.watchCopies();
+  c.feed1({"HSET", "h", "n", "1", "far", "1"});
+  c.feed1({"HPEXPIREAT", "h", n(kNow + 3 * S), "FIELDS", "1", "n"});
+  c.feed1({"HPEXPIREAT", "h", n(kNow + 3600 * S), "FIELDS", "1", "far"});
+  c.watches.clear();
+  const Cmds near = c.feed1({"HINCRBY", "h", "n", "1"});
+  EXPECT_EQ(near, (Cmds{{"MULTI"}, {"HEXISTS", "h", "n"}, {"HINCRBY", "h", "n", "1"}, {"EXEC"}}));
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::Guard);
+  EXPECT_EQ(c.watches[0].reason, RepairReason::FieldExpiredBeforeWrite);
+  EXPECT_EQ(c.watches[0].deadline_ms, kNow + 3 * S);  // answered 0 before it: not expired
+  EXPECT_EQ(watched(near, c.watches[0]), (std::vector<std::string>{"HEXISTS", "h", "n"}));
+  c.watches.clear();
+  // Far from its deadline, or a field without one: the common path, nothing added.
+  EXPECT_EQ(c.feed1({"HINCRBYFLOAT", "h", "far", "0.5"}),
+            (Cmds{{"HINCRBYFLOAT", "h", "far", "0.5"}}));
+  EXPECT_EQ(c.feed1({"HINCRBY", "h", "other", "1"}), (Cmds{{"HINCRBY", "h", "other", "1"}}));
+  EXPECT_TRUE(c.watches.empty());
+  // HSET writes the field whole and clears its deadline: the next HINCRBY is not guarded.
+  c.feed1({"HSET", "h", "n", "5"});
+  EXPECT_EQ(c.feed1({"HINCRBY", "h", "n", "1"}), (Cmds{{"HINCRBY", "h", "n", "1"}}));
+  EXPECT_TRUE(c.watches.empty());
+}
+
+TEST(CopyWatch, HsetexOnlyIfTheFieldsExistIsWatchedForItsZero) {
+  Chain c;
+  c.watchCopies();
+  const Cmds fxx =
+      c.feed1({"HSETEX", "h", "FXX", "PXAT", n(kNow + 10 * S), "FIELDS", "1", "a", "2"});
+  ASSERT_EQ(fxx.size(), 1u);
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::Renewal);  // 0: nothing set, a field gone
+  EXPECT_EQ(c.watches[0].reason, RepairReason::FieldExpiredBeforeWrite);
+  EXPECT_EQ(watched(fxx, c.watches[0]), fxx[0]);
+  c.watches.clear();
+  c.feed1({"HSETEX", "h", "PXAT", n(kNow + 10 * S), "FIELDS", "1", "a", "2"});
+  c.feed1({"HSETEX", "h", "FNX", "PXAT", n(kNow + 10 * S), "FIELDS", "1", "b", "2"});
+  EXPECT_TRUE(c.watches.empty());
 }
 
 TEST(CopyWatch, ARestoredCopyIsRestoredWithTheClampAndRecordedInOneTransaction) {
