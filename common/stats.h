@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/restore_journal.h"
+
 namespace xdcr {
 
 /** xdcr_source_events_total{kind} */
@@ -257,6 +259,8 @@ struct PipelineStats {
   uint64_t target_errors = 0;
   /** Exported as xdcr_apply_latency_seconds (replicator/metrics.cc). */
   LatencyHistogram apply_latency;
+  /** The last restored target copies, for explain (GET /pipelines/NAME/restores). */
+  RestoreJournal restores;
 
   void count(EventKind k) {
     ++source_events[idx(k)];

@@ -139,13 +139,14 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
       return AdminReply{200, "application/json", j.dump(2) + "\n", {}};
     }
   }
-  // POST /pipelines/NAME/pause|resume|resync, GET /pipelines/NAME/health
+  // POST /pipelines/NAME/pause|resume|resync, GET /pipelines/NAME/health|restores
   constexpr std::string_view kPrefix = "/pipelines/";
   if (req.path.rfind(kPrefix, 0) == 0) {
     std::string_view rest = std::string_view(req.path).substr(kPrefix.size());
     auto slash = rest.rfind('/');
     if (slash == std::string_view::npos) {
-      return text(404, "use /pipelines/NAME/pause, resume, resync (POST) or health (GET)\n");
+      return text(404,
+                  "use /pipelines/NAME/pause, resume, resync (POST) or health, restores (GET)\n");
     }
     const std::string name(rest.substr(0, slash));
     const std::string_view action = rest.substr(slash + 1);
@@ -168,8 +169,37 @@ AdminReply route(const AdminRequest& req, const Pipelines& pipelines, const conf
       }
       return text(200, fmt::format("{} is streaming\n", name));
     }
+    if (action == "restores") {
+      // The last target copies restored (expiry-semantics.md §12), oldest first: what
+      // `xdcr-agent explain KEY` names as a key's history.
+      if (req.method != "GET" && req.method != "HEAD") return text(405, "use GET\n");
+      if (instances.empty()) return text(404, fmt::format("no pipeline named \"{}\"\n", name));
+      nlohmann::json list = nlohmann::json::array();
+      uint64_t total = 0;
+      for (const Pipeline* p : instances) {
+        const RestoreJournal& journal = p->stats().restores;
+        total += journal.total();
+        for (const RestoredCopyNote& n : journal.notes()) {
+          list.push_back({{"instance", p->instance()},
+                          {"db", n.db},
+                          {"key", printableKey(n.key)},
+                          {"reason", n.reason},
+                          {"copy_deadline_ms", n.copy_deadline_ms},
+                          {"write_offset", n.write_offset},
+                          {"found_at_ms", n.found_at_ms},
+                          {"read_offset", n.read_offset},
+                          {"restored_at_ms", n.restored_at_ms},
+                          {"source_had_it", n.source_had_it}});
+        }
+      }
+      return json(200, {{"pipeline", name},
+                        {"kept_per_instance", RestoreJournal::kCapacity},
+                        {"restored_total", total},
+                        {"restores", std::move(list)}});
+    }
     if (action != "pause" && action != "resume" && action != "resync") {
-      return text(404, "unknown action: use pause, resume, resync (POST) or health (GET)\n");
+      return text(404,
+                  "unknown action: use pause, resume, resync (POST) or health, restores (GET)\n");
     }
     if (req.method != "POST") return text(405, "use POST\n");
     if (instances.empty() && !(action == "resync" && cfg.pipeline(name) != nullptr)) {

@@ -234,6 +234,43 @@ AgentView readAgent(const config::Config& cfg, const std::string& pipeline) {
   return a;
 }
 
+/** The running agent's restores of this key's target copy (GET /pipelines/NAME/restores,
+ *  expiry-semantics.md §12), oldest first; `why` says why they could not be read. */
+struct KeyRestores {
+  bool read = false;
+  std::string why;
+  std::vector<json> notes;
+  uint64_t kept = 0;  // the journal's length per instance
+};
+
+KeyRestores readRestores(const AgentView& agent, const std::string& pipeline, int db,
+                         const std::string& key) {
+  KeyRestores k;
+  if (!agent.available) {
+    k.why = agent.why;
+    return k;
+  }
+  auto r = adminGet(agent.admin, "/pipelines/" + pipeline + "/restores", kAdminTimeout);
+  if (!r || r->first != 200) {
+    k.why = !r ? r.error().message
+               : fmt::format("the agent at {} answered /pipelines/{}/restores with HTTP {}",
+                             agent.admin, pipeline, r->first);
+    return k;
+  }
+  const json doc = json::parse(r->second, nullptr, false);
+  if (doc.is_discarded() || !doc.contains("restores")) {
+    k.why = "the agent's answer holds no restores";
+    return k;
+  }
+  k.read = true;
+  k.kept = doc.value("kept_per_instance", uint64_t{0});
+  const std::string printable = printableKey(key);
+  for (const json& n : doc["restores"]) {
+    if (n.value("db", -1) == db && n.value("key", "") == printable) k.notes.push_back(n);
+  }
+  return k;
+}
+
 class Explainer {
  public:
   Explainer(const config::Config& cfg, const config::PipelineConfig& pipe, ExplainOptions opt,
@@ -258,6 +295,8 @@ class Explainer {
   void judgeWrite();
   /** Step 4: the target's copy against the rules, and the reasons for what is seen. */
   void judgeTarget();
+  /** The key's restores (§12) in words: why its copy ended and when it was written whole. */
+  void judgeHistory();
   void printTable() const;
   /** The key's collection policies (M alone without any beside max_ttl). */
   target::KeyPolicy keyPolicy() const;
@@ -317,6 +356,8 @@ class Explainer {
   bool matches_ = false;
   std::string target_detail_;
   std::vector<std::string> reasons_;
+  KeyRestores restores_;              // the running agent's restores of this key (§12)
+  std::vector<std::string> history_;  // the last of them, in words
 };
 
 void Explainer::judgeKeySpace() {
@@ -722,6 +763,43 @@ void Explainer::judgeTarget() {
       explained ? "otherwise: " : "", cfg_.path, pipe_.name, cfg_.path, pipe_.name));
 }
 
+void Explainer::judgeHistory() {
+  // The last three, oldest first.
+  const size_t n = restores_.notes.size();
+  for (size_t i = n > 3 ? n - 3 : 0; i < n; ++i) {
+    const json& note = restores_.notes[i];
+    const std::string reason = note.value("reason", "");
+    const int64_t deadline = note.value("copy_deadline_ms", int64_t{0});
+    const int64_t found = note.value("found_at_ms", int64_t{0});
+    const int64_t restored = note.value("restored_at_ms", int64_t{0});
+    const std::string cause = reason == "clamped_before_write"
+                                  ? "the target's max_ttl or collection policy"
+                              : reason == "field_expired_before_write" ? "a hash field's own TTL"
+                                                                       : "its deadline";
+    std::string ended =
+        deadline > 0 ? fmt::format("the target ended its copy at {} ({})", isoDate(deadline), cause)
+                     : fmt::format("the target had ended its copy ({})", cause);
+    std::string h = fmt::format(
+        "{}; the source's later write (the unit ending at offset {}) reached the target after "
+        "that{}: ",
+        ended, note.value("write_offset", uint64_t{0}),
+        found > 0 ? fmt::format(" (answered at {})", isoDate(found)) : "");
+    if (note.value("source_had_it", true)) {
+      h += fmt::format(
+          "the whole document was read back from the source at offset {} and written at {} "
+          "[{}, expiry-semantics.md §12]",
+          note.value("read_offset", uint64_t{0}), isoDate(restored), reason);
+    } else {
+      h += fmt::format(
+          "the source no longer had the key at offset {}, so it was deleted on the target at {} "
+          "[{}, expiry-semantics.md §12]",
+          note.value("read_offset", uint64_t{0}), isoDate(restored), reason);
+    }
+    history_.push_back(std::move(h));
+  }
+  if (n > 3) history_.insert(history_.begin(), fmt::format("{} restores, the last 3:", n));
+}
+
 net::awaitable<int> Explainer::run() {
   // Reading the key must not reset its idle time: it is the evidence that a max_ttl ended the
   // target's copy (verify relies on it too).
@@ -742,6 +820,7 @@ net::awaitable<int> Explainer::run() {
                               !ts ? ts.error().message : td.error().message);
   }
   agent_ = readAgent(cfg_, pipe_.name);
+  restores_ = readRestores(agent_, pipe_.name, opt_.db, opt_.key);
   if (agent_.compensation_known) {
     shift_ms_ = agent_.compensation_ms;
     shift_from_ = "as the running agent applies it";
@@ -799,6 +878,7 @@ net::awaitable<int> Explainer::run() {
     dst_read_ = true;
   }
   judgeTarget();
+  judgeHistory();
 
   if (opt_.json) {
     json j;
@@ -867,6 +947,10 @@ net::awaitable<int> Explainer::run() {
                       {"matches", matches_},
                       {"detail", target_detail_}};
     j["pipeline_status"] = agent_.toJson();
+    j["restores"] = {{"read", restores_.read},
+                     {"reason", restores_.why},
+                     {"notes", restores_.notes},
+                     {"history", history_}};
     j["reasons"] = reasons_;
     // Keys and values may be any bytes: not UTF-8 is replaced, not an exception.
     std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
@@ -952,6 +1036,7 @@ void Explainer::printTable() const {
   } else {
     line("pipeline", "unknown: " + agent_.why);
   }
+  for (const std::string& h : history_) line("history", h);
   line("verdict", verdict_);
   for (size_t i = 0; i < reasons_.size(); ++i) {
     std::printf("  %zu. %s\n", i + 1, reasons_[i].c_str());

@@ -821,7 +821,7 @@ void ClusterSink::restoreCopies(const source::DocumentRead& read) {
   unit.offset_end = last_offset_;
   for (const source::SourceDocument& doc : read.docs) {
     const source::DocumentKey key{doc.db, doc.key};
-    const std::optional<RepairReason> asked = book_.claim(key);
+    const std::optional<CopyRepairBook::Asked> asked = book_.claim(key);
     if (!asked) continue;  // another pipeline's
     documentAsSnapshotKey(doc, payload, judged_);
     const source::Event& ev = judged_.events.front();
@@ -841,12 +841,13 @@ void ClusterSink::restoreCopies(const source::DocumentRead& read) {
     applier_.watches().clear();
     restoring_ = true;
     restore_key_ = key;
-    restore_reason_ = *asked;
+    restore_reason_ = asked->reason;
     route(unit, true);
     restoring_ = false;
     target_.commitUnit(last_offset_);
-    book_.restored(doc.db, doc.key, read.offset, record_key);
-    ++book_.restoredCounter(*asked);
+    book_.restored(doc.db, doc.key, read.offset, record_key, *asked, target_clock_.nowMs(),
+                   doc.exists);
+    ++book_.restoredCounter(asked->reason);
   }
 }
 

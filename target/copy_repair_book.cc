@@ -69,17 +69,20 @@ bool CopyRepairBook::gone(const Applier::Watch& w, resp::ReplyType type, int64_t
 void CopyRepairBook::onWatched(const Applier::Watch& w, uint64_t offset, resp::ReplyType type,
                                int64_t integer, std::string_view error, int64_t now_ms) {
   if (!gone(w, type, integer, error, now_ms)) return;
-  request(w.db, w.key, w.reason, offset);
-  if (!w.from_key.empty()) request(w.from_db, w.from_key, w.reason, offset);
+  request(w.db, w.key, w.reason, offset, w.deadline_ms, now_ms);
+  if (!w.from_key.empty()) request(w.from_db, w.from_key, w.reason, offset, 0, now_ms);
 }
 
-void CopyRepairBook::request(int db, const std::string& key, RepairReason reason, uint64_t offset) {
+void CopyRepairBook::request(int db, const std::string& key, RepairReason reason, uint64_t offset,
+                             int64_t copy_deadline_ms, int64_t found_at_ms) {
   // A copy restored from a read at or past this write holds it already.
   if (auto x = skips_.until(db, key); x && *x >= offset) return;
   // Keys a later multi-key change linked to this one may hold its fragment: read them too.
   const bool first = repairs_.empty();
   for (const MultiKeyLog::Key& k : multi_keys_.closure({db, key}, offset)) {
-    if (requested_.emplace(k, reason).second) repairs_.push_back(k);
+    const bool self = k.first == db && k.second == key;
+    const Asked asked{reason, offset, self ? copy_deadline_ms : 0, found_at_ms};
+    if (requested_.emplace(k, asked).second) repairs_.push_back(k);
   }
   if (first && !repairs_.empty() && wanted_) wanted_();
 }
@@ -150,12 +153,12 @@ void CopyRepairBook::logMultiKey(const source::Change& c, uint64_t offset_end) {
   if (all.size() >= 2) multi_keys_.add(offset_end, std::move(all));
 }
 
-std::optional<RepairReason> CopyRepairBook::claim(const source::DocumentKey& key) {
+std::optional<CopyRepairBook::Asked> CopyRepairBook::claim(const source::DocumentKey& key) {
   auto it = requested_.find(key);
   if (it == requested_.end()) return std::nullopt;
-  const RepairReason reason = it->second;
+  const Asked asked = it->second;
   requested_.erase(it);
-  return reason;
+  return asked;
 }
 
 void CopyRepairBook::unrecoverable(const source::DocumentKey& key, const std::string& why) {
@@ -182,7 +185,19 @@ uint64_t& CopyRepairBook::restoredCounter(RepairReason reason) {
   return stats_.copies_restored_expired;
 }
 
-void CopyRepairBook::restored(int db, std::string_view key, uint64_t x, std::string record_key) {
+void CopyRepairBook::restored(int db, std::string_view key, uint64_t x, std::string record_key,
+                              const Asked& asked, int64_t now_ms, bool source_had_it) {
+  RestoredCopyNote note;
+  note.db = db;
+  note.key.assign(key);
+  note.reason = repairReasonName(asked.reason);
+  note.copy_deadline_ms = asked.copy_deadline_ms;
+  note.write_offset = asked.write_offset;
+  note.found_at_ms = asked.found_at_ms;
+  note.read_offset = x;
+  note.restored_at_ms = now_ms;
+  note.source_had_it = source_had_it;
+  stats_.restores.add(std::move(note));
   skips_.add(db, key, x);
   if (!record_key.empty())
     records_.push_back({std::move(record_key), RepairSkips::field(db, key), x});

@@ -55,8 +55,10 @@ class CopyRepairBook {
   void onWatched(const Applier::Watch& w, uint64_t offset, resp::ReplyType type, int64_t integer,
                  std::string_view error, int64_t now_ms);
   /** Asks for the document of (db, key), and of every key a later multi-key change linked to
-   *  it; not when a copy restored from a read at or past `offset` holds the write already. */
-  void request(int db, const std::string& key, RepairReason reason, uint64_t offset);
+   *  it; not when a copy restored from a read at or past `offset` holds the write already.
+   *  `copy_deadline_ms`, `found_at_ms` (target clock, 0: not known): for the journal. */
+  void request(int db, const std::string& key, RepairReason reason, uint64_t offset,
+               int64_t copy_deadline_ms = 0, int64_t found_at_ms = 0);
   /** The keys asked for since the last take. */
   std::vector<source::DocumentKey> take();
 
@@ -72,16 +74,25 @@ class CopyRepairBook {
   /** Logs the keys of a change that links several (MultiKeyLog). */
   void logMultiKey(const source::Change& c, uint64_t offset_end);
 
-  /** A document read back: the reason it was asked for, and it is no longer asked for;
-   *  nullopt when this sink did not ask for it (another pipeline of the link did). */
-  std::optional<RepairReason> claim(const source::DocumentKey& key);
+  /** Why a document was asked for: the first write that found its copy gone. */
+  struct Asked {
+    RepairReason reason = RepairReason::ExpiredBeforeWrite;
+    uint64_t write_offset = 0;
+    int64_t copy_deadline_ms = 0;
+    int64_t found_at_ms = 0;
+  };
+  /** A document read back: why it was asked for, and it is no longer asked for; nullopt when
+   *  this sink did not ask for it (another pipeline of the link did). */
+  std::optional<Asked> claim(const source::DocumentKey& key);
   /** Counts and names a copy that could not be restored. */
   void unrecoverable(const source::DocumentKey& key, const std::string& why);
   uint64_t& restoredCounter(RepairReason reason);
   /** Written to the target with a record (`field` of hash `record_key`; "": none, a target
    *  whose writes are all idempotent) saying it holds the stream up to `x`: the key's events up
-   *  to x are skipped from now on. */
-  void restored(int db, std::string_view key, uint64_t x, std::string record_key);
+   *  to x are skipped from now on. Noted in the pipeline's journal (common/restore_journal.h)
+   *  with `asked`, `now_ms` (target clock) and whether the source still had the key. */
+  void restored(int db, std::string_view key, uint64_t x, std::string record_key,
+                const Asked& asked, int64_t now_ms, bool source_had_it);
   /** A record read from the target when a session starts: a replay skips its key's events up
    *  to `until`. False when the field is not one of ours. */
   bool loadRecord(const std::string& record_key, const std::string& field, uint64_t until);
@@ -119,9 +130,9 @@ class CopyRepairBook {
   std::function<void()> wanted_;
   RepairSkips skips_;
   MultiKeyLog multi_keys_;
-  std::vector<source::DocumentKey> repairs_;               // to take
-  std::map<source::DocumentKey, RepairReason> requested_;  // asked for, not yet restored
-  std::vector<Record> records_;                            // on the target, not yet pruned
+  std::vector<source::DocumentKey> repairs_;        // to take
+  std::map<source::DocumentKey, Asked> requested_;  // asked for, not yet restored
+  std::vector<Record> records_;                     // on the target, not yet pruned
   uint64_t prune_upto_ = 0;              // records up to here are covered by a durable checkpoint
   uint64_t previous_marker_offset_ = 0;  // the last marker's offset
   LogRateLimiter log_;

@@ -353,12 +353,14 @@ void MemcachedSink::restoreCopies(const source::DocumentRead& read) {
   const int64_t now = target_clock_.nowMs();
   for (const source::SourceDocument& doc : read.docs) {
     const source::DocumentKey key{doc.db, doc.key};
-    if (!book_.claim(key)) continue;  // another pipeline's
+    const std::optional<CopyRepairBook::Asked> asked = book_.claim(key);
+    if (!asked) continue;  // another pipeline's
     documentAsSnapshotKey(doc, restored_payload_, judged_);
     const source::Event& ev = judged_.events.front();
     filter_.judge(judged_);
     if (!ev.pass) continue;  // outside the key space now (a reload changed it)
-    book_.restored(doc.db, doc.key, read.offset, "");  // idempotent writes: no record
+    // Idempotent writes: no record.
+    book_.restored(doc.db, doc.key, read.offset, "", *asked, now, doc.exists);
     if (!doc.exists) {
       // Gone on the source too (deleted or expired by the time of the read): so on the target.
       remove(doc.db, doc.key);

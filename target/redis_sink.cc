@@ -227,9 +227,9 @@ void RedisSink::restoreCopies(const source::DocumentRead& read) {
   source::RdbPayload payload;
   for (const source::SourceDocument& doc : read.docs) {
     const source::DocumentKey key{doc.db, doc.key};
-    const std::optional<RepairReason> asked = book_.claim(key);
+    const std::optional<CopyRepairBook::Asked> asked = book_.claim(key);
     if (!asked) continue;  // another pipeline's
-    const RepairReason reason = *asked;
+    const RepairReason reason = asked->reason;
     documentAsSnapshotKey(doc, payload, judged_);
     const source::Event& ev = judged_.events.front();
     filter_.judge(judged_);
@@ -241,7 +241,8 @@ void RedisSink::restoreCopies(const source::DocumentRead& read) {
       continue;
     }
     target_.commit(applier_.finishUnit(target_.pending()), last_offset_);
-    book_.restored(doc.db, doc.key, read.offset, record_key_);
+    book_.restored(doc.db, doc.key, read.offset, record_key_, *asked, target_clock_.nowMs(),
+                   doc.exists);
     ++book_.restoredCounter(reason);
     // The transaction's EXEC: an error in it (the target refused the RESTORE) is no restore.
     target_.onReply(target_.committedCommands(),

@@ -322,6 +322,25 @@ TEST_F(SlidingTest, CountersAndHashesWhoseCopiesExpiredAreExact) {
   EXPECT_GE(restored("expired_before_write"), 1);
   EXPECT_EQ(unrecoverable(), 0);
   reportNativeReplica(keys, "6 s");
+
+  // What an agent without §12 left behind, made by hand: a counter restarted from 1 and a cart
+  // missing its first items, deadlines kept. verify names both as value differences.
+  {
+    RespClient dst = target_.client();
+    dst.command({"SET", "rate:7", "1", "KEEPTTL"});
+    dst.command({"HDEL", "cart:7", "item0", "item1"});
+  }
+  const AgentCommandResult v = runAgentCommand(
+      {"verify", "-c", config_, "-p", kPipeline, "-o", "json"}, dir_.file("verify.out"));
+  EXPECT_NE(v.exit_code, 0) << v.output;
+  EXPECT_EQ(v.report.value("value_mismatches", -1), 2) << v.output;
+  EXPECT_EQ(v.report.value("missing", -1), 0) << v.output;
+  std::string named;
+  for (const auto& e : v.report.value("examples", nlohmann::json::array())) {
+    if (e.value("kind", "") == "value") named += e.value("source", "") + ";";
+  }
+  EXPECT_NE(named.find("rate:7"), std::string::npos) << v.output;
+  EXPECT_NE(named.find("cart:7"), std::string::npos) << v.output;
 }
 
 TEST_F(SlidingTest, ADocumentTheTargetsMaxTtlEndedComesBackWholeWithItsClamp) {
@@ -346,6 +365,41 @@ TEST_F(SlidingTest, ADocumentTheTargetsMaxTtlEndedComesBackWholeWithItsClamp) {
             << target_.client().command({"HGETALL", "cart:1"}).toString() << "\n";
   EXPECT_TRUE(d.ok()) << d.summary() << "\n" << agent_->logTail(20);
   EXPECT_GE(restored("clamped_before_write"), 1);
+
+  // explain names the cause: the running agent's journal of restores (GET …/restores).
+  const auto [code, body] = get(std::string("/pipelines/") + kPipeline + "/restores");
+  ASSERT_EQ(code, 200) << body;
+  const nlohmann::json journal = nlohmann::json::parse(body);
+  ASSERT_EQ(journal["restores"].size(), 1u) << body;
+  const nlohmann::json& note = journal["restores"][0];
+  EXPECT_EQ(note["key"], "cart:1");
+  EXPECT_EQ(note["reason"], "clamped_before_write");
+  EXPECT_TRUE(note["source_had_it"].get<bool>());
+  // The copy's end is the clamp the agent gave it (now+5 s at the first write), which had passed
+  // when the write that found it gone was answered; the read came after that write.
+  EXPECT_GT(note["copy_deadline_ms"].get<int64_t>(), 0) << body;
+  EXPECT_LT(note["copy_deadline_ms"].get<int64_t>(), write_lo) << body;
+  EXPECT_GE(note["found_at_ms"].get<int64_t>(), note["copy_deadline_ms"].get<int64_t>()) << body;
+  EXPECT_GE(note["read_offset"].get<uint64_t>(), note["write_offset"].get<uint64_t>()) << body;
+  const AgentCommandResult x =
+      runAgentCommand({"explain", "-c", config_, "-p", kPipeline, "cart:1", "-o", "json"},
+                      dir_.file("explain.out"));
+  ASSERT_EQ(x.exit_code, 0) << x.output;
+  ASSERT_EQ(x.report["restores"]["notes"].size(), 1u) << x.output;
+  ASSERT_EQ(x.report["restores"]["history"].size(), 1u) << x.output;
+  const std::string history = x.report["restores"]["history"][0];
+  std::cout << "[ sliding  ] explain cart:1: " << history << "\n";
+  EXPECT_NE(history.find("the target ended its copy at"), std::string::npos) << history;
+  EXPECT_NE(history.find("max_ttl"), std::string::npos) << history;
+  EXPECT_NE(history.find("read back from the source"), std::string::npos) << history;
+  // A key never restored has no history.
+  src.command({"SET", "plain", "1"});
+  ASSERT_TRUE(caughtUp());
+  const AgentCommandResult y = runAgentCommand(
+      {"explain", "-c", config_, "-p", kPipeline, "plain", "-o", "json"}, dir_.file("y.out"));
+  ASSERT_EQ(y.exit_code, 0) << y.output;
+  EXPECT_TRUE(y.report["restores"]["read"].get<bool>()) << y.output;
+  EXPECT_TRUE(y.report["restores"]["history"].empty()) << y.output;
 }
 
 TEST_F(SlidingTest, RenewalsArrivingWithinTheWansDelayOfEachDeadlineLoseNothing) {

@@ -105,6 +105,42 @@ TEST(CopyRepairBookGone, AFieldRenewalIsGoneWhenAnyOfItsCodesIsNoSuchField) {
   EXPECT_TRUE(CopyRepairBook::gone(w, T::Integer, 0, "", 0));
 }
 
+TEST(CopyRepairBookJournal, ARestoreIsNotedWithTheWriteThatFoundItsCopyGone) {
+  PipelineStats stats;
+  CopyRepairBook book("test", stats);
+  Applier::Watch w;
+  w.kind = Applier::WatchKind::Guard;
+  w.reason = RepairReason::ClampedBeforeWrite;
+  w.db = 2;
+  w.key = "cart:\x01";
+  w.deadline_ms = 1000;
+  book.onWatched(w, 500, resp::ReplyType::Integer, 0, "", 1200);  // after its deadline: gone
+  ASSERT_EQ(book.take().size(), 1u);
+  const auto asked = book.claim({2, "cart:\x01"});
+  ASSERT_TRUE(asked);
+  EXPECT_FALSE(book.claim({2, "cart:\x01"}));  // claimed once
+  book.restored(2, "cart:\x01", 900, "rec", *asked, 1300, true);
+  ASSERT_EQ(stats.restores.notes().size(), 1u);
+  const RestoredCopyNote& n = stats.restores.notes().front();
+  EXPECT_EQ(n.db, 2);
+  EXPECT_EQ(n.key, "cart:\x01");
+  EXPECT_EQ(printableKey(n.key), "cart:\\x01");
+  EXPECT_EQ(n.reason, "clamped_before_write");
+  EXPECT_EQ(n.copy_deadline_ms, 1000);
+  EXPECT_EQ(n.write_offset, 500u);
+  EXPECT_EQ(n.found_at_ms, 1200);
+  EXPECT_EQ(n.read_offset, 900u);
+  EXPECT_EQ(n.restored_at_ms, 1300);
+  // Bounded: the oldest go first; the total counts them all.
+  for (size_t i = 0; i < RestoreJournal::kCapacity + 5; ++i) {
+    book.restored(0, "k" + std::to_string(i), 1000 + i, "", *asked, 0, false);
+  }
+  EXPECT_EQ(stats.restores.notes().size(), RestoreJournal::kCapacity);
+  EXPECT_EQ(stats.restores.total(), RestoreJournal::kCapacity + 6);
+  EXPECT_EQ(stats.restores.notes().back().key, "k" + std::to_string(RestoreJournal::kCapacity + 4));
+  EXPECT_FALSE(stats.restores.notes().back().source_had_it);
+}
+
 TEST(RepairReason, NamesAreTheMetricLabels) {
   EXPECT_EQ(repairReasonName(RepairReason::ExpiredBeforeWrite), "expired_before_write");
   EXPECT_EQ(repairReasonName(RepairReason::ClampedBeforeWrite), "clamped_before_write");
