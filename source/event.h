@@ -73,6 +73,11 @@ struct Change {
   std::vector<Event> events;  // reused between entries
   /** Positions of every key the command names (written first, then read ones): keyPositions(). */
   std::vector<uint16_t> key_args;
+  /** A command that writes only its first key from others (CommandSpec::dest_only: *STORE,
+   *  PFMERGE, …): each read key's source deadline before the command (key_args[1…]; 0: none
+   *  known), so that the applier can guard a read key whose target copy may have ended
+   *  (expiry-semantics.md §12, S-13). Empty otherwise. */
+  std::vector<int64_t> read_deadlines;
 
   std::string_view arg(size_t i) const { return entry->args[i]; }
   size_t argc() const { return entry->args.size(); }

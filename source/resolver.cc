@@ -28,6 +28,14 @@ void Resolver::resolve(const Entry& entry, Change& c, int64_t local_ms) {
     if (ec == std::errc() && db >= 0) db_ = db;
     return;
   }
+  // The read keys' deadlines before the command changes any of them.
+  c.read_deadlines.clear();
+  if (c.spec != nullptr && c.spec->dest_only) {
+    for (size_t i = 1; i < c.key_args.size(); ++i) {
+      const ExpiryIndex::Entry st = index_.get(c.db, c.arg(c.key_args[i]));
+      c.read_deadlines.push_back(st.state == ExpiryIndex::State::Live ? st.ms : 0);
+    }
+  }
   for (auto& ev : c.events) {
     switch (ev.kind) {
       case EventKind::Flush:

@@ -413,6 +413,27 @@ void Applier::apply(const source::Change& c) {
       // A copy that may have ended before the target runs this write gets a guard ahead of
       // it, in the entry's MULTI (§12): EXISTS answers 0 when it is gone.
       const bool watched = watch_copies_ && c.effect == Effect::InPlace;
+      if (watch_copies_ && !c.read_deadlines.empty() && c.entry != nullptr) {
+        // A key it reads whose copy may have ended (S-13): the target would compute the
+        // destination from what is left. EXISTS on it; 0 reads both back.
+        for (size_t i = 0; i < c.read_deadlines.size() && i + 1 < c.key_args.size(); ++i) {
+          const std::string_view read_key = c.arg(c.key_args[i + 1]);
+          if (read_key == first.key) continue;  // (the destination read too: its own copy)
+          Dest dr = dest(c.db, read_key);
+          if (dr.db != d0.db) continue;  // (a key outside the key space is never written)
+          const int64_t e = c.read_deadlines[i] ? toTarget(c.read_deadlines[i]) : 0;
+          if (!copyMayBeGone(dr, e, now)) continue;
+          Event read_ev;
+          read_ev.db = c.db;
+          read_ev.key = read_key;
+          read_ev.from_db = first.db;
+          read_ev.from_key = first.key;  // the destination: read back with it
+          watchNext(WatchKind::Guard, reasonFor(dr, e, now), read_ev, copyDeadline(dr, e));
+          cmd(2);
+          bulk("EXISTS");
+          bulkKey(dr);
+        }
+      }
       if (watched) {
         for (const auto& ev : c.events) {
           if (!ev.pass) continue;

@@ -31,6 +31,7 @@
 // of expiry_model.cc linked against this file, to see the comparison fail.)
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +41,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -48,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "replicator/admin_server.h"
 #include "tests/integration/expiry_model.h"
 #include "tests/support/harness.h"
 
@@ -68,7 +71,7 @@ constexpr int64_t kHotFutureMs = 2500;
 constexpr int kKeysPerDb = 240;
 constexpr int kDbs = 2;
 constexpr int kSeeds = 3;
-// Source write commands per run (inside blocks included). 7 configurations x 3 seeds x 1150.
+// Source write commands per run (inside blocks included). 8 configurations x 3 seeds x 1150.
 constexpr int kOpsPerRun = 1150;
 // The run is paced over this long so that short deadlines (100-500 ms) and a 3 s maxTTL pass
 // while it goes on.
@@ -93,6 +96,12 @@ struct RunConfig {
   bool target_own_writes = false;
   // Share of relative TTLs of 3-6 s (the rest are 20-900 s): these expire during the run.
   double few_seconds_ttl_share = 0.2;
+  // How long the run's commands are spread over.
+  int64_t run_ms = kRunMs;
+  // The agent is stopped (SIGSTOP) this long at the start of each half of the run (0: never):
+  // target copies then reach their deadlines before writes the source made earlier arrive, and
+  // must end as the source's whole documents (expiry-semantics.md §12).
+  int64_t agent_stopped_ms = 0;
 };
 
 std::vector<RunConfig> runConfigs() {
@@ -181,6 +190,19 @@ std::vector<RunConfig> runConfigs() {
     c.flush_dbs = {1, 0};
     configs.push_back(c);
   }
+  {
+    // As "plain", with the agent stopped 5 s at the start of each half of a 12 s run: writes
+    // the generator makes to keys 2.5-6 s from their deadlines reach the target after its copy
+    // expired (§12). The model does not change (without a clamp the target's copy lives as the
+    // source's key does), so the target must still equal it, and the native replica too.
+    RunConfig c;
+    c.model.name = "plain_stopped";
+    c.native_replica = true;
+    c.few_seconds_ttl_share = 0.8;
+    c.run_ms = 12000;
+    c.agent_stopped_ms = 5000;
+    configs.push_back(c);
+  }
   return configs;
 }
 
@@ -200,12 +222,13 @@ std::string yamlDuration(int64_t seconds) {
 }
 
 std::string agentYaml(const ModelConfig& m, const std::string& state_dir, uint16_t source_port,
-                      uint16_t target_port) {
+                      uint16_t target_port, const std::string& admin = "") {
   std::ostringstream y;
   y << "agent:\n"
     << "  state_dir: " << yamlQuoted(state_dir) << "\n"
-    << "  log_level: info\n"
-    << "clusters:\n"
+    << "  log_level: info\n";
+  if (!admin.empty()) y << "  admin_listen: " << yamlQuoted(admin) << "\n";
+  y << "clusters:\n"
     << "  src: {type: redis, address: \"127.0.0.1:" << source_port << "\"}\n"
     << "  dst:\n"
     << "    type: redis\n"
@@ -641,10 +664,23 @@ class DifferentialRun {
         scratch_conn_(scratch.client()) {}
 
   /** Generates and sends every command; returns when the last one is answered. Half-way it
-   * calls `checkpoint` (the run is paused meanwhile: the pause does not count for the pacing). */
-  void generate(const std::function<void()>& checkpoint) {
+   * calls `checkpoint` (the run is paused meanwhile: the pause does not count for the pacing).
+   * `stop_agent(true/false)` stops and continues the agent (RunConfig::agent_stopped_ms). */
+  void generate(const std::function<void()>& checkpoint,
+                const std::function<void(bool)>& stop_agent) {
     bool checked = false;
     int64_t paused_ms = 0;
+    int64_t stopped_until = 0;  // 0: running
+    auto stopFor = [&](int64_t ms) {
+      if (ms <= 0) return;
+      stop_agent(true);
+      stopped_until = unixTimeMs() + ms;
+    };
+    auto continueAgent = [&] {
+      if (stopped_until == 0) return;
+      stop_agent(false);
+      stopped_until = 0;
+    };
     epoch_ = unixTimeMs();
     model_.setEpoch(epoch_);
     conn_.select(0);
@@ -656,18 +692,22 @@ class DifferentialRun {
     }
     int batch_index = 0;
     const int batches = (kOpsPerRun + kOpsPerBatch - 1) / kOpsPerBatch;
+    stopFor(config_.agent_stopped_ms);
     while (ops_ < kOpsPerRun) {
       // Pace: batch i starts no earlier than i/batches of the run.
-      const int64_t due = epoch_ + paused_ms + kRunMs * batch_index / batches;
+      const int64_t due = epoch_ + paused_ms + config_.run_ms * batch_index / batches;
       while (unixTimeMs() < due) {
         std::this_thread::sleep_for(5ms);
       }
       ++batch_index;
+      if (stopped_until != 0 && unixTimeMs() >= stopped_until) continueAgent();
       if (!checked && ops_ >= kOpsPerRun / 2) {
         checked = true;
+        continueAgent();  // the check waits for the agent
         const int64_t start = unixTimeMs();
         checkpoint();
         paused_ms += unixTimeMs() - start;
+        stopFor(config_.agent_stopped_ms);
       }
       if (!flushed && ops_ >= kOpsPerRun * 85 / 100) {
         flushed = true;
@@ -694,6 +734,7 @@ class DifferentialRun {
       }
       sendBatch(planBatch());
     }
+    continueAgent();
   }
 
   /**
@@ -2660,6 +2701,7 @@ class DifferentialTest : public ::testing::TestWithParam<RunParam> {
   std::unique_ptr<AgentProcess> agent_;
   std::string config_path_;
   size_t replicas_ = 1;
+  int stops_ = 0;  // how often the agent was stopped (RunConfig::agent_stopped_ms)
 };
 
 TEST_P(DifferentialTest, TargetMatchesModel) {
@@ -2671,8 +2713,11 @@ TEST_P(DifferentialTest, TargetMatchesModel) {
   target_ = std::make_unique<RedisServer>();
   scratch_ = std::make_unique<RedisServer>();
   config_path_ = dir_->file("xdcr.yaml");
-  writeFileText(config_path_,
-                agentYaml(config.model, dir_->file("state"), source_->port(), target_->port()));
+  // Where the agent is stopped, its restore counters say whether §12 was exercised at all.
+  const std::string admin =
+      config.agent_stopped_ms > 0 ? "127.0.0.1:" + std::to_string(freePort()) : "";
+  writeFileText(config_path_, agentYaml(config.model, dir_->file("state"), source_->port(),
+                                        target_->port(), admin));
   agent_ = std::make_unique<AgentProcess>(config_path_, dir_->file("agent.log"));
   replicas_ = 1;
   if (config.native_replica) {
@@ -2693,7 +2738,11 @@ TEST_P(DifferentialTest, TargetMatchesModel) {
   try {
     // Half-way, the run pauses for a first comparison: errors that later writes would
     // overwrite are seen there.
-    run.generate([&] { settleAndCompare(run, "mid-run"); });
+    run.generate([&] { settleAndCompare(run, "mid-run"); },
+                 [&](bool stop) {
+                   ASSERT_EQ(::kill(agent_->pid(), stop ? SIGSTOP : SIGCONT), 0);
+                   stops_ += stop ? 1 : 0;
+                 });
   } catch (const std::exception& e) {
     FAIL() << "the run stopped: " << e.what();
   }
@@ -2717,6 +2766,18 @@ TEST_P(DifferentialTest, TargetMatchesModel) {
     settleAndCompare(run, "final");
   } catch (const std::exception& e) {
     FAIL() << "the final comparison stopped: " << e.what();
+  }
+  if (!admin.empty()) {
+    // The stops must have made the target restore copies, or this configuration tests nothing
+    // beyond "plain".
+    auto m = replicator::adminGet(admin, "/pipelines/p/restores", 5s);
+    ASSERT_TRUE(m && m->first == 200) << (m ? m->second : m.error().message);
+    const uint64_t restored = nlohmann::json::parse(m->second).value("restored_total", uint64_t{0});
+    std::cout << "[ stopped  ] the agent was stopped " << stops_ << " times for "
+              << config.agent_stopped_ms << " ms; target copies restored: " << restored << "\n";
+    EXPECT_EQ(stops_, 2);
+    EXPECT_GT(restored, 0u) << "no target copy ended before a later write: the stops exercised "
+                               "nothing";
   }
 }
 

@@ -1083,6 +1083,30 @@ TEST(CopyWatch, HsetexOnlyIfTheFieldsExistIsWatchedForItsZero) {
   EXPECT_TRUE(c.watches.empty());
 }
 
+TEST(CopyWatch, AStoreReadingAKeyWhoseCopyMayHaveEndedGuardsThatKey) {
+  Chain c;
+  c.watchCopies();
+  c.feed1({"SADD", "near", "x"});
+  c.feed1({"PEXPIREAT", "near", n(kNow + 3 * S)});
+  c.feed1({"SADD", "far", "y"});
+  c.feed1({"PEXPIREAT", "far", n(kNow + 3600 * S)});
+  c.watches.clear();
+  const Cmds store = c.feed1({"SUNIONSTORE", "d", "far", "near"});
+  EXPECT_EQ(store,
+            (Cmds{{"MULTI"}, {"EXISTS", "near"}, {"SUNIONSTORE", "d", "far", "near"}, {"EXEC"}}));
+  ASSERT_EQ(c.watches.size(), 1u);
+  EXPECT_EQ(c.watches[0].kind, Applier::WatchKind::Guard);
+  EXPECT_EQ(c.watches[0].key, "near");
+  EXPECT_EQ(c.watches[0].from_key, "d");  // gone: the destination is read back with it
+  EXPECT_EQ(c.watches[0].deadline_ms, kNow + 3 * S);
+  EXPECT_EQ(watched(store, c.watches[0]), (std::vector<std::string>{"EXISTS", "near"}));
+  c.watches.clear();
+  // Inputs far from their deadlines, or without one: nothing added.
+  EXPECT_EQ(c.feed1({"SUNIONSTORE", "d2", "far", "none"}),
+            (Cmds{{"SUNIONSTORE", "d2", "far", "none"}}));
+  EXPECT_TRUE(c.watches.empty());
+}
+
 TEST(CopyWatch, ARestoredCopyIsRestoredWithTheClampAndRecordedInOneTransaction) {
   Chain c;
   c.maxTtl(0, 60);
