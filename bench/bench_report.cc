@@ -1,6 +1,6 @@
-// Folds the JSON of stream_bench (drain, lag, cost, fanout; and, run with --wan-delay-ms, its
-// wan_drain and wan_lag), of cluster_bench and of full_sync_bench into ONE table (stdout) and one
-// JSON file: the benchmarks' own results unchanged under "stream", "wan", "cluster" and
+// Folds the JSON of stream_bench (drain, lag, cost, fanout, catchup; and, run with --wan-delay-ms,
+// its wan_drain and wan_lag), of cluster_bench and of full_sync_bench into ONE table (stdout) and
+// one JSON file: the benchmarks' own results unchanged under "stream", "wan", "cluster" and
 // "full_sync", plus the table's rows under "table".
 //
 //   bench_report [--stream FILE] [--wan FILE] [--cluster FILE] [--full-sync FILE] [--json OUT]
@@ -515,6 +515,29 @@ int main(int argc, char** argv) {
                     v[2], "", "", "", ""});
   } else {
     not_run.push_back("cost");
+  }
+
+  if (have_stream && stream.contains("catchup")) {
+    // Sliding expiration (expiry-semantics.md §12): the agent's own figures, no native row (a
+    // native replica never expires a copy by itself).
+    const json& c = stream["catchup"];
+    const std::string n = thousands(num(c, {"sessions"}));
+    const auto runs = c.contains("runs") ? c["runs"].size() / 2 : 0;
+    rows.push_back({"catch-up after a 20 s stop, " + n +
+                        " sessions renewed, every copy expired "
+                        "(restored): s (median of " +
+                        std::to_string(runs) + ")",
+                    "", "", fmt(num(c, {"expired_seconds_median"}), 3), "", "", "", ""});
+    rows.push_back({"catch-up, the same stream, no copy expired: s", "", "",
+                    fmt(num(c, {"alive_seconds_median"}), 3), "", "", "", ""});
+    rows.push_back(
+        {"catch-up: agent CPU s, expired / none expired", "", "",
+         fmt(num(c, {"expired_cpu_s_median"}), 2) + " / " + fmt(num(c, {"alive_cpu_s_median"}), 2),
+         "", "", "", ""});
+    rows.push_back({"catch-up: time expired / none expired", "", "", fmt(num(c, {"ratio"}), 2), "",
+                    "", "", ""});
+  } else {
+    not_run.push_back("catchup");
   }
 
   const Row header = {"benchmark / metric", "native",     "agent clamp on", "agent clamp off",

@@ -17,6 +17,11 @@
 #             native replicas of the source; ops/s until both targets have everything, the
 #             agent's CPU s; the source must list one replica for the agent, two for the natives
 #             (stream_bench; --runs runs, medians)
+#   catchup   sliding expiration (expiry-semantics.md §12): 10,000 sessions renewed every 2 s
+#             while the agent is SIGSTOPped 20 s, the time to catch up after SIGCONT when every
+#             target copy expired meanwhile (all 10,000 read back and restored) against the same
+#             stream when none did (ttl 60 s); the agent's CPU s for each (stream_bench; --runs
+#             runs of each, alternating, medians, ratio expired/alive)
 #   cluster   the drain's backlog (--ops keys, spread over all slots) into a 3-master Redis
 #             Cluster source while the consumers are SIGSTOPped: ONE agent, one pipeline into a
 #             3-master target cluster (one link per source shard) against 3 native replicas, one
@@ -37,7 +42,7 @@
 #             wan_drain, wan_lag; the table's rows put the agent in the clamp-off column)
 #
 # Options (all optional):
-#   --only LIST        drain,lag,fullsync,cost,fanout,cluster,wan (comma-separated or repeated;
+#   --only LIST        drain,lag,fullsync,cost,fanout,catchup,cluster,wan (comma-separated or repeated;
 #                      default all but wan)
 #   --runs R           drain, fan-out, cluster and full-sync runs (default 3)
 #   --ops N            commands of one drain, also of the cluster drain (default 1000000)
@@ -95,7 +100,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "run.sh: unknown option $1" >&2; usage ;;
   esac
 done
-only="${only:-drain,lag,fullsync,cost,fanout,cluster}"
+only="${only:-drain,lag,fullsync,cost,fanout,catchup,cluster}"
 stream_parts=""
 run_full=0
 run_cluster=0
@@ -103,11 +108,11 @@ run_wan=0
 IFS=',' read -r -a parts <<<"$only"
 for part in "${parts[@]}"; do
   case "$part" in
-    drain|lag|cost|fanout) stream_parts="${stream_parts:+$stream_parts,}$part" ;;
+    drain|lag|cost|fanout|catchup) stream_parts="${stream_parts:+$stream_parts,}$part" ;;
     fullsync) run_full=1 ;;
     cluster) run_cluster=1 ;;
     wan) run_wan=1 ;;
-    *) echo "run.sh: --only takes drain, lag, fullsync, cost, fanout, cluster, wan (not '$part')" >&2
+    *) echo "run.sh: --only takes drain, lag, fullsync, cost, fanout, catchup, cluster, wan (not '$part')" >&2
       exit 2 ;;
   esac
 done

@@ -36,6 +36,17 @@
 //          tracked deadlines (each read 2 s after the drain, past a checkpoint), hence RSS growth
 //          per million deadlines (the second million with the buffers already grown), the peak
 //          RSS, and the agent's xdcr_expiry_index_entries / _bytes gauges when it exports them.
+//   catchup (issue 27, expiry-semantics.md §12) the agent (clamp off) streams N sessions
+//          `SET sess:<i> <value> PX <ttl>`; it is SIGSTOPped for 20 s while every session is
+//          renewed every 2 s (`PEXPIRE sess:<i> <ttl>`, 10 rounds), then a sentinel is written and
+//          the agent SIGCONTed. Two variants of the same stream: "expired", ttl 10 s: every copy
+//          on the target reaches its deadline during the stop, so the first renewal of each finds
+//          it gone and the document is read back from the source and restored; "alive", ttl 60
+//          s: nothing expires, nothing to restore. The catch-up time runs from SIGCONT until the
+//          sentinel is on the target and the target holds all N sessions (DBSIZE; "alive" holds
+//          them throughout). Also the agent's CPU seconds over the catch-up and its restore
+//          counter (N for "expired", 0 for "alive", or the measurement fails). R runs of each,
+//          alternating; medians and the ratio expired/alive.
 //
 // Across a WAN (--wan-delay-ms D > 0; issue 17): the kernel here has no netem, so the WAN is the
 // user-space proxy of tests/support/wan_proxy.h, which delivers every byte D ms after it read it,
@@ -57,7 +68,7 @@
 // Every process is a child stopped by its PID (RAII, also on errors and on SIGINT/SIGTERM;
 // PR_SET_PDEATHSIG if this process is killed); a SIGSTOPped consumer is SIGCONTed on the way out.
 //
-//   stream_bench [--only drain,lag,cost,fanout] [--ops N] [--runs R] [--lag-seconds S]
+//   stream_bench [--only drain,lag,cost,fanout,catchup] [--ops N] [--runs R] [--lag-seconds S]
 //                [--lag-rate W] [--value-size B] [--json FILE] [--agent PATH] [--timeout S]
 //                [--quiet-wait S] [--wan-delay-ms D [--placement reads|writes|both]]
 
@@ -115,8 +126,9 @@ std::string defaultAgent() {
 }
 
 struct Options {
-  std::set<std::string> only = {"drain", "lag", "cost", "fanout"};
+  std::set<std::string> only = {"drain", "lag", "cost", "fanout", "catchup"};
   int64_t ops = 1000000;
+  int64_t sessions = 10000;  // catchup: sessions renewed while the agent is stopped
   int runs = 3;
   int lag_seconds = 30;
   int64_t lag_rate = 50000;
@@ -140,14 +152,15 @@ struct Options {
     std::cerr << "stream_bench: " << error << "\n";
   }
   std::cerr
-      << "usage: stream_bench [--only drain,lag,cost,fanout] [--ops N] [--runs R]\n"
+      << "usage: stream_bench [--only drain,lag,cost,fanout,catchup] [--ops N] [--runs R]\n"
          "                    [--lag-seconds S] [--lag-rate W] [--value-size B] [--json FILE]\n"
          "                    [--agent PATH] [--timeout S] [--quiet-wait S]\n"
          "                    [--wan-delay-ms D [--placement reads|writes|both]]\n"
          "  --only LIST       parts to run, comma-separated or repeated (default all; with\n"
          "                    --wan-delay-ms: drain,lag)\n"
          "  --ops N           commands of one drain (default 1000000); cost drains 3 x N\n"
-         "  --runs R          drain and fan-out runs of each consumer (default 3); medians\n"
+         "  --sessions N      catchup: sessions renewed while the agent is stopped (10000)\n"
+         "  --runs R          drain, fan-out and catch-up runs of each (default 3); medians\n"
          "  --lag-seconds S   length of the paced load (default 30)\n"
          "  --lag-rate W      writes per second of the paced load (default 50000)\n"
          "  --value-size B    bytes of each value (default 256)\n"
@@ -186,13 +199,17 @@ Options parseOptions(int argc, char** argv) {
         std::stringstream list(value());
         std::string part;
         while (std::getline(list, part, ',')) {
-          if (part != "drain" && part != "lag" && part != "cost" && part != "fanout") {
-            usage("--only takes drain, lag, cost or fanout (full sync is full_sync_bench)");
+          if (part != "drain" && part != "lag" && part != "cost" && part != "fanout" &&
+              part != "catchup") {
+            usage(
+                "--only takes drain, lag, cost, fanout or catchup (full sync is full_sync_bench)");
           }
           options.only.insert(part);
         }
       } else if (arg == "--ops") {
         options.ops = std::stoll(value());
+      } else if (arg == "--sessions") {
+        options.sessions = std::stoll(value());
       } else if (arg == "--runs") {
         options.runs = std::stoi(value());
       } else if (arg == "--lag-seconds") {
@@ -228,6 +245,7 @@ Options parseOptions(int argc, char** argv) {
       usage("bad number for " + arg);
     }
   }
+  if (options.sessions <= 0 || options.sessions > 10000000) usage("--sessions in 1..10000000");
   if (options.ops <= 0 || options.runs <= 0 || options.lag_seconds <= 0 || options.lag_rate <= 0 ||
       options.lag_rate > 1000000 || options.timeout_s <= 0 || options.value_size == 0 ||
       options.value_size > 1000000) {
@@ -242,8 +260,8 @@ Options parseOptions(int argc, char** argv) {
     if (placement_given) usage("--placement needs --wan-delay-ms > 0");
   } else if (!only_given) {
     options.only = {"drain", "lag"};
-  } else if (options.wants("cost") || options.wants("fanout")) {
-    usage("--wan-delay-ms applies to drain and lag only (run cost and fanout without it)");
+  } else if (options.wants("cost") || options.wants("fanout") || options.wants("catchup")) {
+    usage("--wan-delay-ms applies to drain and lag only (run cost, fanout, catchup without it)");
   }
   return options;
 }
@@ -1170,6 +1188,132 @@ nlohmann::json runDrains(const std::string& part, const std::vector<Kind>& kinds
   return {{"ops", options.ops}, {"runs", runs}, {"median", med}};
 }
 
+/** One catch-up after the agent was stopped while every session was renewed (the catchup part). */
+struct CatchUp {
+  bool expired = false;  // the variant: copies expire during the stop (ttl 10 s) or not (60 s)
+  int64_t sessions = 0;
+  std::optional<double> seconds;   // SIGCONT until the sentinel and every session
+  std::optional<double> cpu_s;     // the agent's, over the catch-up
+  std::optional<double> restored;  // xdcr_target_copies_restored_total, expired_before_write
+  std::optional<double> target_at_resume;  // sessions the target held at SIGCONT
+  std::optional<double> foreign_cores;
+  std::string error;
+  nlohmann::json toJson() const {
+    return {{"variant", expired ? "expired" : "alive"},
+            {"sessions", sessions},
+            {"seconds", jsonOrNull(seconds)},
+            {"cpu_s", jsonOrNull(cpu_s)},
+            {"restored", jsonOrNull(restored)},
+            {"target_sessions_at_resume", jsonOrNull(target_at_resume)},
+            {"foreign_cores", jsonOrNull(foreign_cores)},
+            {"error", error}};
+  }
+};
+
+CatchUp measureCatchUp(bool expired, const std::string& value, const Options& options) {
+  CatchUp r;
+  r.expired = expired;
+  r.sessions = options.sessions;
+  waitForQuiet();
+  std::unique_ptr<RedisServer> source = startSource();
+  Consumer consumer(Kind::AgentOff, *source, options);
+  const int64_t ttl_ms = expired ? 10000 : 60000;
+  const int64_t n = options.sessions;
+  auto round = [&](bool create) {
+    RespClient c = source->client(60s);
+    std::vector<test::RespCommand> batch;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string key = "sess:" + std::to_string(i);
+      if (create) {
+        batch.push_back({"SET", key, value, "PX", std::to_string(ttl_ms)});
+      } else {
+        batch.push_back({"PEXPIRE", key, std::to_string(ttl_ms)});
+      }
+      if (batch.size() == kBatch || i + 1 == n) {
+        for (const RespValue& v : c.pipeline(batch)) {
+          if (v.isError() || (!create && v.integer() != 1)) {
+            throw std::runtime_error("a session write was refused or found no key: " +
+                                     v.toString());
+          }
+        }
+        batch.clear();
+      }
+    }
+  };
+  round(true);
+  RespClient target = consumer.target().client(30s);
+  const int64_t want = n + 1;  // the sessions and the warm-up key
+  {
+    const auto deadline = Clock::now() + 60s;
+    while (target.command({"DBSIZE"}).integer() < want) {
+      consumer.checkAlive();
+      if (Clock::now() > deadline)
+        throw std::runtime_error("the sessions never reached the target");
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  Clock::time_point start;
+  std::optional<double> cpu0;
+  {
+    StoppedProcess stopped(consumer.pid());
+    auto next = Clock::now();
+    for (int k = 0; k < 10; ++k) {  // 20 s of renewals every 2 s
+      next += 2s;
+      std::this_thread::sleep_until(next);
+      checkInterrupted();
+      round(false);
+    }
+    source->client(10s).command({"SET", "sentinel:catchup", "1"});
+    r.target_at_resume = static_cast<double>(target.command({"DBSIZE"}).integer() - 1);
+    cpu0 = cpuOf({consumer.pid()});
+    start = Clock::now();
+    stopped.resume();
+  }
+  const ForeignLoad foreign({consumer.pid(), consumer.target().pid(), source->pid()});
+  const auto deadline = start + std::chrono::seconds(options.timeout_s);
+  // Caught up: the sentinel is on the target and, where copies expired, every one was restored
+  // (DBSIZE would count expired copies the target has not evicted yet). The restore counter
+  // grows when a restore is sent; the check below reads every session afterwards.
+  const std::string labels =
+      std::string("pipeline=\"") + kPipeline + "\",reason=\"expired_before_write\"";
+  const double want_restored = expired ? static_cast<double>(n) : 0;
+  for (uint64_t polls = 0;; ++polls) {
+    if (target.command({"EXISTS", "sentinel:catchup"}).integer() == 1) {
+      r.restored = metricValue(consumer.metrics(), "xdcr_target_copies_restored_total", labels);
+      if (r.restored && *r.restored >= want_restored) break;
+    }
+    if (polls % 256 == 0) consumer.checkAlive();
+    if (Clock::now() > deadline) {
+      r.error = "not caught up after " + std::to_string(options.timeout_s) + " s (restored " +
+                cell(r.restored, 0) + ")\n" + consumer.logTail();
+      return r;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  r.seconds = secondsSince(start);
+  r.cpu_s = delta(cpu0, cpuOf({consumer.pid()}));
+  r.foreign_cores = foreign.cores();
+  std::this_thread::sleep_for(1s);  // (nothing is timed from here)
+  r.restored = metricValue(consumer.metrics(), "xdcr_target_copies_restored_total", labels);
+  if (!r.restored || *r.restored != want_restored) {
+    r.error = "restored " + cell(r.restored, 0) + " copies, not " + cell(want_restored, 0);
+  }
+  // Every session is on the target, alive.
+  int64_t present = 0;
+  std::vector<test::RespCommand> batch;
+  for (int64_t i = 0; i < n; ++i) {
+    batch.push_back({"PTTL", "sess:" + std::to_string(i)});
+    if (batch.size() == kBatch || i + 1 == n) {
+      for (const RespValue& v : target.pipeline(batch)) present += v.integer() > 0 ? 1 : 0;
+      batch.clear();
+    }
+  }
+  if (present != n && r.error.empty()) {
+    r.error = std::to_string(n - present) + " sessions missing on the target after the catch-up";
+  }
+  return r;
+}
+
 int runBenchmark(const Options& options) {
   const std::string value = makeValue(options.value_size);
   nlohmann::json out = {{"benchmark", "stream"},
@@ -1294,6 +1438,39 @@ int runBenchmark(const Options& options) {
         runDrains("fan-out", {kFanoutKinds.begin(), kFanoutKinds.end()}, Kind::NativeFanout,
                   {{Kind::AgentFanout, "ratio"}}, value, options, ok);
     out["fanout"]["targets"] = 2;
+  }
+
+  if (options.wants("catchup")) {
+    progress("catch-up: " + std::to_string(options.sessions) +
+             " sessions renewed every 2 s while the agent is stopped 20 s, " +
+             std::to_string(options.runs) + " runs x copies expired / alive");
+    nlohmann::json runs = nlohmann::json::array();
+    std::vector<double> expired_s, alive_s, expired_cpu, alive_cpu;
+    for (int run = 1; run <= options.runs; ++run) {
+      for (bool expired :
+           run % 2 == 1 ? std::vector<bool>{true, false} : std::vector<bool>{false, true}) {
+        CatchUp c = measureCatchUp(expired, value, options);
+        if (!c.error.empty()) ok = false;
+        progress("  run " + std::to_string(run) + " " + (expired ? "expired" : "alive  ") + ": " +
+                 cell(c.seconds, 3) + " s, agent CPU " + cell(c.cpu_s, 2) + " s, restored " +
+                 cell(c.restored, 0) + ", target held " + cell(c.target_at_resume, 0) +
+                 " at resume; other load " + cell(c.foreign_cores, 2) + " cores" +
+                 (c.error.empty() ? "" : "; ERROR " + c.error));
+        if (c.seconds) (expired ? expired_s : alive_s).push_back(*c.seconds);
+        if (c.cpu_s) (expired ? expired_cpu : alive_cpu).push_back(*c.cpu_s);
+        runs.push_back(c.toJson());
+      }
+    }
+    const std::optional<double> me = median(expired_s), ma = median(alive_s);
+    out["catchup"] = {{"sessions", options.sessions},
+                      {"stopped_s", 20},
+                      {"runs", runs},
+                      {"expired_seconds_median", jsonOrNull(me)},
+                      {"alive_seconds_median", jsonOrNull(ma)},
+                      {"expired_cpu_s_median", jsonOrNull(median(expired_cpu))},
+                      {"alive_cpu_s_median", jsonOrNull(median(alive_cpu))},
+                      {"ratio", me && ma && *ma > 0 ? nlohmann::json(*me / *ma) : nullptr}};
+    progress("  medians: expired " + cell(me, 3) + " s, alive " + cell(ma, 3) + " s");
   }
 
   if (!options.json_path.empty()) {
