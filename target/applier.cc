@@ -443,7 +443,7 @@ void Applier::apply(const source::Change& c) {
       }
       // A field changed in place (HINCRBY) whose copy may have expired: `HEXISTS k f` ahead of
       // it (0: gone; the whole hash is read back, S-11).
-      if (watched && first.field_deadline_ms != 0 && server_.fieldTtls() &&
+      if (watched && field_guards_ && first.field_deadline_ms != 0 && server_.fieldTtls() &&
           !first.strip_field_ttls && c.entry != nullptr && c.entry->args.size() > 2) {
         const int64_t field_t = toTarget(first.field_deadline_ms);
         if (field_t <= now + guard_margin_ms_) {

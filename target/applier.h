@@ -138,6 +138,9 @@ class Applier {
     late_horizon_ms_ = late_ms;
   }
   bool watchesCopies() const { return watch_copies_; }
+  /** The HEXISTS guard of a hash field changed in place (S-11) on or off: off where the
+   *  target's user may not run HEXISTS (a guard refused inside a MULTI discards its write). */
+  void setFieldGuards(bool on) { field_guards_ = on; }
   /**
    * A target copy read back from the source at offset `x` (copy_repair.h): in its own MULTI,
    * the document written as a snapshot key is (`judged`: Effect::SnapshotKey, judged by the
@@ -305,6 +308,7 @@ class Applier {
     size_t exec_at = 0;    // wrapped: that EXEC's index in the unit
   };
   bool watch_copies_ = false;
+  bool field_guards_ = true;
   int64_t guard_margin_ms_ = 5000;
   int64_t late_horizon_ms_ = 60000;
   std::vector<PendingWatch> entry_watches_;

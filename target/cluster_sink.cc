@@ -176,7 +176,18 @@ net::awaitable<Status> ClusterSink::readRecords(RedisConnection& conn, int probe
   if (!c) co_return fail(c.error());
   const std::string pattern = globLiteral(record_prefix_) + "{*}";
   Result<std::vector<std::string>> keys = fail(Error::io("not read"));
-  const bool refused = (*c)[0].isError() || (*c)[1].isError() || (*c)[2].isError();
+  // Without +hexists only the guard of a hash field changed in place (S-11) is off; it matters
+  // only where the target keeps field TTLs.
+  applier_.setFieldGuards(!(*c)[2].isError());
+  if ((*c)[2].isError() && applier_.targetServer().fieldTtls() && !field_guard_refused_said_) {
+    field_guard_refused_said_ = true;
+    spdlog::warn(
+        "{}: the target refused HEXISTS ({}): an HINCRBY of a hash field whose copy may have "
+        "expired on the target is not guarded, and can restart the field from nothing "
+        "(expiry-semantics.md §12, S-11); grant the target's user +hexists",
+        label_, (*c)[2].str);
+  }
+  const bool refused = (*c)[0].isError() || (*c)[1].isError();
   if (!refused) keys = co_await scanKeys(conn, pattern);
   if (refused || !keys) {
     applier_.setCopyWatch(false, 0, 0);
@@ -185,11 +196,10 @@ net::awaitable<Status> ClusterSink::readRecords(RedisConnection& conn, int probe
       spdlog::warn(
           "{}: the target refused {}: copies the target expires before a later source write "
           "reaches them are NOT restored (expiry-semantics.md §12); grant the target's user "
-          "+exists +hexists +hgetall +scan",
+          "+exists +hgetall +scan",
           label_,
           (*c)[0].isError()   ? "EXISTS (" + (*c)[0].str + ")"
           : (*c)[1].isError() ? "HGETALL (" + (*c)[1].str + ")"
-          : (*c)[2].isError() ? "HEXISTS (" + (*c)[2].str + ")"
                               : "SCAN (" + keys.error().message + ")");
     }
     co_return Status{};

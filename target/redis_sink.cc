@@ -96,24 +96,30 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   last_marker_ = m.present ? std::optional<std::string>(m.marker) : std::nullopt;
   if (const resp::Value& st = (*r)[1]; st.type == resp::ReplyType::Bulk) m.stamp = st.str;
   book_.beginSession();
-  if ((*r)[2].isError() || (*r)[3].isError() || (*r)[4].isError()) {
+  if ((*r)[2].isError() || (*r)[3].isError()) {
     // A guard refused inside a MULTI would discard the write it guards (EXECABORT): without
-    // +exists, +hexists and +hgetall no copy is watched, as before copies were restored.
+    // +exists and +hgetall no copy is watched, as before copies were restored.
     applier_.setCopyWatch(false, 0, 0);
     if (!copy_watch_refused_said_) {
       copy_watch_refused_said_ = true;
       spdlog::warn(
           "{}: the target refused {} ({}): copies the target expires before a later source "
           "write reaches them are NOT restored (expiry-semantics.md §12); grant the target's "
-          "user +exists +hexists +hgetall",
-          label_,
-          (*r)[2].isError()   ? "HGETALL"
-          : (*r)[3].isError() ? "EXISTS"
-                              : "HEXISTS",
-          (*r)[2].isError()   ? (*r)[2].str
-          : (*r)[3].isError() ? (*r)[3].str
-                              : (*r)[4].str);
+          "user +exists +hgetall",
+          label_, (*r)[2].isError() ? "HGETALL" : "EXISTS",
+          (*r)[2].isError() ? (*r)[2].str : (*r)[3].str);
     }
+  }
+  // Without +hexists only the guard of a hash field changed in place (S-11) is off; it matters
+  // only where the target keeps field TTLs.
+  applier_.setFieldGuards(!(*r)[4].isError());
+  if ((*r)[4].isError() && applier_.targetServer().fieldTtls() && !field_guard_refused_said_) {
+    field_guard_refused_said_ = true;
+    spdlog::warn(
+        "{}: the target refused HEXISTS ({}): an HINCRBY of a hash field whose copy may have "
+        "expired on the target is not guarded, and can restart the field from nothing "
+        "(expiry-semantics.md §12, S-11); grant the target's user +hexists",
+        label_, (*r)[4].str);
   }
   if (const resp::Value& rec = (*r)[2]; rec.type == resp::ReplyType::Array) {
     for (size_t i = 0; i + 1 < rec.elements.size(); i += 2) {
