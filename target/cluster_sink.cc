@@ -179,14 +179,7 @@ net::awaitable<Status> ClusterSink::readRecords(RedisConnection& conn, int probe
   // Without +hexists only the guard of a hash field changed in place (S-11) is off; it matters
   // only where the target keeps field TTLs.
   applier_.setFieldGuards(!(*c)[2].isError());
-  if ((*c)[2].isError() && applier_.targetServer().fieldTtls() && !field_guard_refused_said_) {
-    field_guard_refused_said_ = true;
-    spdlog::warn(
-        "{}: the target refused HEXISTS ({}): an HINCRBY of a hash field whose copy may have "
-        "expired on the target is not guarded, and can restart the field from nothing "
-        "(expiry-semantics.md §12, S-11); grant the target's user +hexists",
-        label_, (*c)[2].str);
-  }
+  if ((*c)[2].isError()) book_.fieldGuardRefused((*c)[2].str, applier_.targetServer().fieldTtls());
   const bool refused = (*c)[0].isError() || (*c)[1].isError();
   if (!refused) keys = co_await scanKeys(conn, pattern);
   if (refused || !keys) {

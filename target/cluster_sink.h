@@ -214,7 +214,6 @@ class ClusterSink final : public Sink {
   source::DocumentKey restore_key_;
   RepairReason restore_reason_ = RepairReason::ExpiredBeforeWrite;
   bool copy_watch_refused_said_ = false;
-  bool field_guard_refused_said_ = false;
   // The last marker's WAIT 1 per master (appendMarker): the checkpoint waits until each found
   // a replica caught up, or kMarkerReplicaPatience passed.
   const clock::Clock& clock_;

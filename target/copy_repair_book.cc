@@ -161,6 +161,16 @@ std::optional<CopyRepairBook::Asked> CopyRepairBook::claim(const source::Documen
   return asked;
 }
 
+void CopyRepairBook::fieldGuardRefused(std::string_view error, bool field_ttls) {
+  if (!field_ttls || field_guard_refused_said_) return;
+  field_guard_refused_said_ = true;
+  spdlog::warn(
+      "{}: the target refused HEXISTS ({}): an HINCRBY of a hash field whose copy may have "
+      "expired on the target is not guarded, and can restart the field from nothing "
+      "(expiry-semantics.md §12, S-11); grant the target's user +hexists",
+      label_, error);
+}
+
 void CopyRepairBook::unrecoverable(const source::DocumentKey& key, const std::string& why) {
   ++stats_.copies_unrecoverable;
   uint64_t suppressed = 0;

@@ -84,6 +84,9 @@ class CopyRepairBook {
   /** A document read back: why it was asked for, and it is no longer asked for; nullopt when
    *  this sink did not ask for it (another pipeline of the link did). */
   std::optional<Asked> claim(const source::DocumentKey& key);
+  /** The target's user may not run HEXISTS: the field guard (S-11) is off. Says so once, where
+   *  the target keeps field TTLs (`field_ttls`); elsewhere no such guard is ever written. */
+  void fieldGuardRefused(std::string_view error, bool field_ttls);
   /** Counts and names a copy that could not be restored. */
   void unrecoverable(const source::DocumentKey& key, const std::string& why);
   uint64_t& restoredCounter(RepairReason reason);
@@ -136,6 +139,7 @@ class CopyRepairBook {
   uint64_t prune_upto_ = 0;              // records up to here are covered by a durable checkpoint
   uint64_t previous_marker_offset_ = 0;  // the last marker's offset
   LogRateLimiter log_;
+  bool field_guard_refused_said_ = false;
 };
 
 }  // namespace xdcr::target

@@ -113,14 +113,7 @@ net::awaitable<Result<MarkerState>> RedisSink::readMarkers(
   // Without +hexists only the guard of a hash field changed in place (S-11) is off; it matters
   // only where the target keeps field TTLs.
   applier_.setFieldGuards(!(*r)[4].isError());
-  if ((*r)[4].isError() && applier_.targetServer().fieldTtls() && !field_guard_refused_said_) {
-    field_guard_refused_said_ = true;
-    spdlog::warn(
-        "{}: the target refused HEXISTS ({}): an HINCRBY of a hash field whose copy may have "
-        "expired on the target is not guarded, and can restart the field from nothing "
-        "(expiry-semantics.md §12, S-11); grant the target's user +hexists",
-        label_, (*r)[4].str);
-  }
+  if ((*r)[4].isError()) book_.fieldGuardRefused((*r)[4].str, applier_.targetServer().fieldTtls());
   if (const resp::Value& rec = (*r)[2]; rec.type == resp::ReplyType::Array) {
     for (size_t i = 0; i + 1 < rec.elements.size(); i += 2) {
       uint64_t until = 0;

@@ -107,7 +107,6 @@ class RedisSink final : public Sink {
   std::string record_key_;    // <marker>:restored: field "<db>:<key>" -> X (a replay skips)
   uint64_t last_offset_ = 0;  // end offset of the last unit committed
   bool copy_watch_refused_said_ = false;
-  bool field_guard_refused_said_ = false;
 
   std::string label_;
   const config::PipelineConfig& pipeline_;

@@ -28,21 +28,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Pair {
-  std::string source;
-  std::string target;
-};
-
-void PrintTo(const Pair& p, std::ostream* os) {
-  *os << p.source << " -> " << p.target;
-}
+using Pair = ServerPair;
 
 std::string pairName(const ::testing::TestParamInfo<Pair>& info) {
-  std::string out = info.param.source + "_to_" + info.param.target;
-  for (char& c : out) {
-    if (c == '-' || c == '.') c = '_';
-  }
-  return out;
+  return serverPairName(info.param);
 }
 
 void report(const std::string& line) {

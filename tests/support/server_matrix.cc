@@ -14,6 +14,18 @@
 
 namespace xdcr::test {
 
+void PrintTo(const ServerPair& p, std::ostream* os) {
+  *os << p.source << " -> " << p.target;
+}
+
+std::string serverPairName(const ServerPair& p) {
+  std::string out = p.source + "_to_" + p.target;
+  for (char& c : out) {
+    if (c == '-' || c == '.') c = '_';
+  }
+  return out;
+}
+
 const std::vector<std::string>& matrixServerNames() {
   static const std::vector<std::string> kNames = {"redis-7.0",  "valkey-8.0", "redis-8.0",
                                                   "valkey-8.1", "redis-8",    "valkey-9"};

@@ -4,6 +4,7 @@
 // server (in a chroot for the newer ones). Tests start them with RedisServer::startBinary().
 
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,15 @@ struct MatrixServer {
   bool valkey = false;
   std::string root;  // the chroot it runs in ("" for the host's own server)
 };
+
+/** A source and a target of the matrix: the parameter of the tests that run on pairs. */
+struct ServerPair {
+  std::string source;
+  std::string target;
+};
+void PrintTo(const ServerPair& p, std::ostream* os);
+/** "valkey_9_to_redis_8": the pair as a test name's suffix. */
+std::string serverPairName(const ServerPair& p);
 
 /** Every server name scripts/servers.sh provisions, oldest first. */
 const std::vector<std::string>& matrixServerNames();
