@@ -130,7 +130,8 @@ constexpr size_t idx(E e) {
                "Full-sync keys, by result.")                                                       \
   /* reason: expired_before_write (the copy reached its deadline first), clamped_before_write      \
      (the target's max_ttl or collection policy ended it first), field_expired_before_write (a     \
-     hash field's copy expired before its renewal); expiry-semantics.md §12 */                    \
+     hash field's copy expired before its renewal), unconfirmed_before_restart (a write the        \
+     target applied before the agent stopped, whose reply it never acted on); §12 */              \
   COUNTER_PART(copies_restored_expired, "reason", "expired_before_write",                          \
                "xdcr_target_copies_restored_total", "copies_restored",                             \
                "Target copies that ended before a later source write reached them, read back "     \
@@ -140,6 +141,10 @@ constexpr size_t idx(E e) {
                "Target copies that ended before a later source write reached them, read back "     \
                "from the source and restored whole, by reason.")                                   \
   COUNTER_PART(copies_restored_field, "reason", "field_expired_before_write",                      \
+               "xdcr_target_copies_restored_total", "copies_restored",                             \
+               "Target copies that ended before a later source write reached them, read back "     \
+               "from the source and restored whole, by reason.")                                   \
+  COUNTER_PART(copies_restored_unconfirmed, "reason", "unconfirmed_before_restart",                \
                "xdcr_target_copies_restored_total", "copies_restored",                             \
                "Target copies that ended before a later source write reached them, read back "     \
                "from the source and restored whole, by reason.")                                   \

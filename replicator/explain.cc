@@ -779,11 +779,17 @@ void Explainer::judgeHistory() {
     std::string ended =
         deadline > 0 ? fmt::format("the target ended its copy at {} ({})", isoDate(deadline), cause)
                      : fmt::format("the target had ended its copy ({})", cause);
-    std::string h = fmt::format(
-        "{}; the source's later write (the unit ending at offset {}) reached the target after "
-        "that{}: ",
-        ended, note.value("write_offset", uint64_t{0}),
-        found > 0 ? fmt::format(" (answered at {})", isoDate(found)) : "");
+    std::string h =
+        reason == "unconfirmed_before_restart"
+            ? fmt::format(
+                  "the target applied a write of the unit ending at offset {} before the agent "
+                  "stopped, and the agent never learned whether its copy was still there: ",
+                  note.value("write_offset", uint64_t{0}))
+            : fmt::format(
+                  "{}; the source's later write (the unit ending at offset {}) reached the "
+                  "target after that{}: ",
+                  ended, note.value("write_offset", uint64_t{0}),
+                  found > 0 ? fmt::format(" (answered at {})", isoDate(found)) : "");
     if (note.value("source_had_it", true)) {
       h += fmt::format(
           "the whole document was read back from the source at offset {} and written at {} "

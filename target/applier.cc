@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "common/resp.h"
 #include "source/rdb.h"
 
@@ -623,6 +625,64 @@ int64_t Applier::copyDeadline(const Dest& d, int64_t e_target) {
   // lifetime): what this applier last gave it. A copy it never wrote in this process is
   // unknown (0: not guarded; §12.4).
   return copies_.find(copyHash(d)).value_or(0);
+}
+
+void Applier::watchableKeys(const source::Change& c, std::vector<source::DocumentKey>& out) {
+  if (!watch_copies_ || c.entry == nullptr) return;
+  // Whether a write in place to (db, key), source deadline `e`, may have been guarded or watched
+  // late: its copy can end (the source's deadline, or max_ttl's), and no collection policy
+  // decides it — as copyMayBeGone, which guards nothing there: a document read back under a
+  // policy gets a create's deadline (§8.1), which an in-place write would not have given.
+  auto mayEnd = [&](int db, std::string_view key, int64_t e) {
+    const Dest d = dest(db, key);
+    return d.policy == nullptr && (e != 0 || d.max_ttl_ms > 0);
+  };
+  const bool field_renewal = c.spec != nullptr && (c.spec->field_renewal || c.spec->field_deadline);
+  bool any = false;
+  switch (c.effect) {
+    case Effect::ExpireAt:
+    case Effect::Persist:
+    case Effect::Rename:
+    case Effect::Copy:
+    case Effect::Move:
+      any = true;  // a renewal, PERSIST's guard, "no such key": whatever the deadlines
+      break;
+    case Effect::Set:
+      for (const auto& ev : c.events) {
+        any = any ||
+              (ev.pass && ev.rule == DeadlineRule::Keep && mayEnd(ev.db, ev.key, ev.deadline_ms));
+      }
+      break;
+    case Effect::InPlace:
+      for (const auto& ev : c.events) {
+        if (!ev.pass) continue;
+        any = any || field_renewal || ev.field_deadline_ms != 0 ||
+              mayEnd(ev.db, ev.key, ev.deadline_ms);
+      }
+      break;
+    case Effect::Store:
+      // S-13: a read key whose copy can end (and the destination computed from it).
+      for (size_t i = 0; i < c.read_deadlines.size() && i + 1 < c.key_args.size(); ++i) {
+        any = any || mayEnd(c.db, c.arg(c.key_args[i + 1]), c.read_deadlines[i]);
+      }
+      break;
+    default:
+      break;
+  }
+  if (!any) return;
+  auto add = [&](int db, std::string_view key) {
+    if (key.empty()) return;
+    source::DocumentKey k{db, std::string(key)};
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(std::move(k));
+  };
+  for (const auto& ev : c.events) {
+    if (!ev.pass) continue;
+    add(ev.db, ev.key);
+    if (!ev.from_key.empty()) add(ev.from_db, ev.from_key);
+  }
+  if (c.effect == Effect::Store) {
+    for (size_t i = 1; i < c.key_args.size(); ++i) add(c.db, c.arg(c.key_args[i]));
+  }
 }
 
 bool Applier::copyMayBeGone(const Dest& d, int64_t e_target, int64_t now) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "clock/clock.h"
 #include "common/logging.h"
@@ -127,6 +128,17 @@ class Applier {
   };
   /** The watches of what the last finishUnit() or appendUnitToGroup() appended. */
   std::vector<Watch>& watches() { return done_watches_; }
+  /**
+   * The source keys of `judged` whose write apply() could have watched or guarded, whatever
+   * the copies' deadlines and the time (a superset of what it watches: a replay after a crash
+   * cannot know what a guard or a late watch decided then, §12.2 step 5), appended to `out`:
+   * a renewal's or PERSIST's key; RENAME's, COPY's and MOVE's two keys; an in-place write's,
+   * SET KEEPTTL's and a field write's keys where the copy can have a deadline (the source's, or
+   * the collection's max_ttl or policy); a *STORE's destination and the keys it reads with a
+   * deadline (S-13). A change that qualifies gives all its keys (a fragment it carried along).
+   * Nothing when copies are not watched.
+   */
+  void watchableKeys(const source::Change& judged, std::vector<source::DocumentKey>& out);
   /**
    * Watches and guards on (off: nothing is watched, as before issue 27). `margin_ms`: an
    * unclamped copy whose deadline is within it of the write's now is guarded (it may end

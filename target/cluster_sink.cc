@@ -303,8 +303,10 @@ net::awaitable<Result<MarkerState>> ClusterSink::readMarkers(
 
 void ClusterSink::setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> skips) {
   std::fill(slot_skip_.begin(), slot_skip_.end(), 0);
+  max_slot_skip_ = 0;
   for (const auto& [slot, offset] : skips) {
     if (slot >= 0 && slot < cluster::kSlots) slot_skip_[static_cast<size_t>(slot)] = offset;
+    max_slot_skip_ = std::max(max_slot_skip_, offset);
   }
 }
 
@@ -368,13 +370,21 @@ void ClusterSink::apply(const source::ResolvedUnit& unit, bool write) {
   }
   book_.passed(unit.offset_end, target_.ackedOffset());
   applier_.beginUnit(unit.transaction, unit.local_ms);
+  // Not written, or not in every slot (a slot's stamp covers it; all of its keys are taken:
+  // reading back a key whose slot is written too costs a read, nothing else).
+  const bool unconfirmed =
+      unit.offset_end > unconfirmed_after_ && (!write || unit.offset_end <= max_slot_skip_);
+  watchable_.clear();
   for (const auto& c : unit.view()) {
     judged_ = c;  // reuses judged_'s vectors
     filter_.judge(judged_);
     book_.dropRestored(judged_, unit.offset_end);
     if (applier_.watchesCopies()) book_.logMultiKey(judged_, unit.offset_end);
     if (write) applier_.apply(judged_);
+    if (unconfirmed) applier_.watchableKeys(judged_, watchable_);
   }
+  if (!watchable_.empty()) book_.requestUnconfirmed(watchable_, unit.offset_end);
+  if (!unconfirmed) book_.release();  // past the units a stamp covers: read back what they asked
   applier_.finishUnit(scratch_);
   unit_offset_ = unit.offset_end;
   prepareWatches();
@@ -423,8 +433,9 @@ std::shared_ptr<ClusterTarget::PartWatch> ClusterSink::sliceWatch(const Slice& s
     // The restored copy's MULTI/EXEC: an error in it (the target refused the RESTORE) is no
     // restore.
     pw->replies.push_back(exec);
-    pw->done = [this, key = restore_key_,
-                reason = restore_reason_](const std::vector<resp::ReplyInfo>& got) {
+    pw->done = [this, key = restore_key_, reason = restore_reason_,
+                at = restore_write_offset_](const std::vector<resp::ReplyInfo>& got) {
+      book_.landed(at);
       if (got.empty() || (!got.front().has_error && got.front().type != resp::ReplyType::Error)) {
         return;
       }
@@ -845,6 +856,8 @@ void ClusterSink::restoreCopies(const source::DocumentRead& read) {
     restoring_ = true;
     restore_key_ = key;
     restore_reason_ = asked->reason;
+    restore_write_offset_ = asked->write_offset;
+    book_.sent(asked->write_offset);
     route(unit, true);
     restoring_ = false;
     target_.commitUnit(last_offset_);
@@ -868,6 +881,7 @@ Status ClusterSink::beginSnapshot(bool /*record_keys*/) {
   book_.clear();
   if (FirstSeenStore* fs = applier_.firstSeenStore()) fs->beginSweep();
   std::fill(slot_skip_.begin(), slot_skip_.end(), 0);
+  max_slot_skip_ = 0;
   return Status{};
 }
 

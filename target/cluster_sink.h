@@ -77,7 +77,9 @@ class ClusterSink final : public Sink {
   net::awaitable<Result<MarkerState>> readMarkers(
       const std::vector<std::string>& accepted) override;
   void apply(const source::ResolvedUnit& unit, bool write) override;
-  void closeGroup(std::string_view /*replid*/) override {}  // stamped per slot, per unit
+  // Stamped per slot, per unit: no group. Before a suspension point the units a stamp covers
+  // ask for their read-backs (CopyRepairBook::release).
+  void closeGroup(std::string_view /*replid*/) override { book_.release(); }
   size_t groupUnits() const override { return 0; }
   void appendMarker(std::string_view token, uint64_t offset) override;
   void resetOffset(uint64_t offset) override { target_.resetOffset(offset); }
@@ -91,6 +93,7 @@ class ClusterSink final : public Sink {
   void setSlotReplaySkip(std::vector<std::pair<int, uint64_t>> skips) override;
   void capSlotReplaySkip(uint64_t offset) override {
     for (auto& s : slot_skip_) s = std::min(s, offset);
+    max_slot_skip_ = std::min(max_slot_skip_, offset);
   }
   void setCompensationMs(int64_t ms) override { applier_.setCompensationMs(ms); }
   std::vector<source::DocumentKey> takeRepairs() override { return book_.take(); }
@@ -98,6 +101,8 @@ class ClusterSink final : public Sink {
     book_.setWanted(std::move(wanted));
   }
   void restoreCopies(const source::DocumentRead& read) override;
+  bool repairsSettled(uint64_t offset) const override { return book_.settled(offset); }
+  void setUnconfirmedAfter(uint64_t offset) override { unconfirmed_after_ = offset; }
   void setFirstSeenStore(FirstSeenStore* store) override { applier_.setFirstSeenStore(store); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }
   bool drained() const override { return target_.drained(); }
@@ -196,6 +201,11 @@ class ClusterSink final : public Sink {
   std::vector<uint16_t> key_pos_;
   std::string reencoded_;
   std::vector<uint64_t> slot_skip_;  // per slot: replay-unsafe writes up to here are applied
+  uint64_t max_slot_skip_ = 0;       // the greatest of slot_skip_
+  // Units after this offset that a slot's stamp skips were applied by an agent that may not
+  // have acted on their replies (setUnconfirmedAfter): their watchable keys are read back.
+  uint64_t unconfirmed_after_ = UINT64_MAX;
+  std::vector<source::DocumentKey> watchable_;  // (reused)
   // Copies that ended before a later write (§12).
   const clock::ClusterClock& target_clock_;
   CopyRepairBook book_;
@@ -213,6 +223,7 @@ class ClusterSink final : public Sink {
   bool restoring_ = false;
   source::DocumentKey restore_key_;
   RepairReason restore_reason_ = RepairReason::ExpiredBeforeWrite;
+  uint64_t restore_write_offset_ = 0;  // the write that asked for it (CopyRepairBook::sent)
   bool copy_watch_refused_said_ = false;
   // The last marker's WAIT 1 per master (appendMarker): the checkpoint waits until each found
   // a replica caught up, or kMarkerReplicaPatience passed.

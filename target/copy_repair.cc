@@ -12,6 +12,8 @@ std::string_view repairReasonName(RepairReason r) {
       return "clamped_before_write";
     case RepairReason::FieldExpiredBeforeWrite:
       return "field_expired_before_write";
+    case RepairReason::UnconfirmedBeforeRestart:
+      return "unconfirmed_before_restart";
   }
   return "expired_before_write";
 }

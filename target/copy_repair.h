@@ -37,8 +37,12 @@ enum class RepairReason : uint8_t {
   ExpiredBeforeWrite,       // the copy reached the source's own deadline before the write
   ClampedBeforeWrite,       // the target's max_ttl or collection policy ended it first
   FieldExpiredBeforeWrite,  // a hash field's copy expired before its renewal (HPEXPIREAT)
+  // The target applied a write whose reply could have asked for a repair, and the agent stopped
+  // (or its session ended) before it restored the copy: the replay does not write it again (its
+  // replay stamp covers it), so its key is read back anyway (§12.2 step 5).
+  UnconfirmedBeforeRestart,
 };
-inline constexpr int kRepairReasonCount = 3;
+inline constexpr int kRepairReasonCount = 4;
 std::string_view repairReasonName(RepairReason r);
 
 /** A source key whose target copy must be read back (the key as the source stream names it). */

@@ -78,18 +78,29 @@ void CopyRepairBook::request(int db, const std::string& key, RepairReason reason
   // A copy restored from a read at or past this write holds it already.
   if (auto x = skips_.until(db, key); x && *x >= offset) return;
   // Keys a later multi-key change linked to this one may hold its fragment: read them too.
-  const bool first = repairs_.empty();
   for (const MultiKeyLog::Key& k : multi_keys_.closure({db, key}, offset)) {
     const bool self = k.first == db && k.second == key;
     const Asked asked{reason, offset, self ? copy_deadline_ms : 0, found_at_ms};
     if (requested_.emplace(k, asked).second) repairs_.push_back(k);
   }
-  if (first && !repairs_.empty() && wanted_) wanted_();
+  release();
+}
+
+void CopyRepairBook::requestUnconfirmed(const std::vector<source::DocumentKey>& keys,
+                                        uint64_t offset_end) {
+  for (const source::DocumentKey& key : keys) {
+    if (auto x = skips_.until(key.first, key.second); x && *x >= offset_end) continue;
+    for (const MultiKeyLog::Key& k : multi_keys_.closure(key, offset_end)) {
+      const Asked asked{RepairReason::UnconfirmedBeforeRestart, offset_end, 0, 0};
+      if (requested_.emplace(k, asked).second) repairs_.push_back(k);
+    }
+  }
 }
 
 std::vector<source::DocumentKey> CopyRepairBook::take() {
   std::vector<source::DocumentKey> out;
   out.swap(repairs_);
+  signalled_ = false;
   return out;
 }
 
@@ -189,6 +200,8 @@ uint64_t& CopyRepairBook::restoredCounter(RepairReason reason) {
       return stats_.copies_restored_clamped;
     case RepairReason::FieldExpiredBeforeWrite:
       return stats_.copies_restored_field;
+    case RepairReason::UnconfirmedBeforeRestart:
+      return stats_.copies_restored_unconfirmed;
     case RepairReason::ExpiredBeforeWrite:
       break;
   }
@@ -258,6 +271,8 @@ void CopyRepairBook::clear() {
   multi_keys_.clear();
   requested_.clear();
   repairs_.clear();
+  in_flight_.clear();
+  signalled_ = false;
   records_.clear();
   prune_upto_ = previous_marker_offset_ = 0;
 }

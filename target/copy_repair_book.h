@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -59,8 +60,42 @@ class CopyRepairBook {
    *  `copy_deadline_ms`, `found_at_ms` (target clock, 0: not known): for the journal. */
   void request(int db, const std::string& key, RepairReason reason, uint64_t offset,
                int64_t copy_deadline_ms = 0, int64_t found_at_ms = 0);
+  /**
+   * A unit ending at `offset_end` that a replay does not write (the target's replay stamp covers
+   * it) was applied by an agent that may have stopped before it acted on its replies: the keys
+   * a write of it could have watched or guarded (`keys`: Applier::watchableKeys) are asked for
+   * as UnconfirmedBeforeRestart, without waking the link — release() does, once per batch of
+   * such units, so that they are read back in batches of copy_read_batch, not one a unit.
+   */
+  void requestUnconfirmed(const std::vector<source::DocumentKey>& keys, uint64_t offset_end);
+  /** Wakes the link for what requestUnconfirmed() asked for. */
+  void release() {
+    if (!repairs_.empty() && !signalled_ && wanted_) {
+      signalled_ = true;
+      wanted_();
+    }
+  }
   /** The keys asked for since the last take. */
   std::vector<source::DocumentKey> take();
+
+  /**
+   * Whether every repair a write at or before `offset` asked for is on the target: read back,
+   * written, and answered (or given up as unrecoverable). A checkpoint at `offset` waits for it:
+   * a request lives in this process only, and a replay from a later checkpoint would never see
+   * the write that found the copy gone again.
+   */
+  bool settled(uint64_t offset) const {
+    for (const auto& [key, asked] : requested_) {
+      if (asked.write_offset <= offset) return false;
+    }
+    return in_flight_.empty() || *in_flight_.begin() > offset;
+  }
+  /** A restored document for a write at `write_offset` was appended (claimed): in flight until
+   *  landed() says the target answered it. */
+  void sent(uint64_t write_offset) { in_flight_.insert(write_offset); }
+  void landed(uint64_t write_offset) {
+    if (auto it = in_flight_.find(write_offset); it != in_flight_.end()) in_flight_.erase(it);
+  }
 
   /** The stream passed `offset_end`; `acked`: the target answered everything up to it. */
   void passed(uint64_t offset_end, uint64_t acked) {
@@ -135,7 +170,9 @@ class CopyRepairBook {
   MultiKeyLog multi_keys_;
   std::vector<source::DocumentKey> repairs_;        // to take
   std::map<source::DocumentKey, Asked> requested_;  // asked for, not yet restored
-  std::vector<Record> records_;                     // on the target, not yet pruned
+  std::multiset<uint64_t> in_flight_;    // write offsets of restores the target has not answered
+  bool signalled_ = false;               // wanted_ was called for what repairs_ holds
+  std::vector<Record> records_;          // on the target, not yet pruned
   uint64_t prune_upto_ = 0;              // records up to here are covered by a durable checkpoint
   uint64_t previous_marker_offset_ = 0;  // the last marker's offset
   LogRateLimiter log_;

@@ -374,12 +374,16 @@ void MemcachedSink::restoreCopies(const source::DocumentRead& read) {
     // counted in xdcr_target_write_failures_total and deleted, as any write of it is.
     if (outcome != Outcome::Written) continue;
     ++stats_.copies_restored_expired;
-    writer_.onReply(writer_.committedCommands(), [this, key](const mc::Reply& reply) -> Status {
-      if (!reply.isError()) return Status{};
-      --stats_.copies_restored_expired;
-      book_.unrecoverable(key, "the target refused it: " + reply.text);
-      return Status{};
-    });
+    // (A copy deleted or refused instead was gone already: nothing of it to wait for.)
+    book_.sent(asked->write_offset);
+    writer_.onReply(writer_.committedCommands(),
+                    [this, key, at = asked->write_offset](const mc::Reply& reply) -> Status {
+                      book_.landed(at);
+                      if (!reply.isError()) return Status{};
+                      --stats_.copies_restored_expired;
+                      book_.unrecoverable(key, "the target refused it: " + reply.text);
+                      return Status{};
+                    });
   }
 }
 

@@ -100,6 +100,7 @@ class MemcachedSink final : public Sink {
     book_.setWanted(std::move(wanted));
   }
   void restoreCopies(const source::DocumentRead& read) override;
+  bool repairsSettled(uint64_t offset) const override { return book_.settled(offset); }
 
  private:
   /** Why a key was not written (xdcr_target_write_failures_total{reason}). */

@@ -152,13 +152,18 @@ void RedisSink::apply(const source::ResolvedUnit& unit, bool write) {
   }
   book_.passed(unit.offset_end, target_.ackedOffset());
   applier_.beginUnit(unit.transaction, unit.local_ms);
+  const bool unconfirmed = !write && unit.offset_end > unconfirmed_after_;
+  watchable_.clear();
   for (const auto& c : unit.view()) {
     judged_ = c;  // reuses judged_'s vectors
     filter_.judge(judged_);
     book_.dropRestored(judged_, unit.offset_end);
     if (applier_.watchesCopies()) book_.logMultiKey(judged_, unit.offset_end);
     if (write) applier_.apply(judged_);
+    if (unconfirmed) applier_.watchableKeys(judged_, watchable_);
   }
+  if (!watchable_.empty()) book_.requestUnconfirmed(watchable_, unit.offset_end);
+  if (write) book_.release();  // past the units a stamp covers: read back what they asked for
   last_offset_ = unit.offset_end;
   // The replay stamp's group (Applier::appendUnitToGroup): from a replay-unsafe unit on, the
   // units taken without suspending share one MULTI/EXEC and one stamp; the group is committed
@@ -243,9 +248,11 @@ void RedisSink::restoreCopies(const source::DocumentRead& read) {
     book_.restored(doc.db, doc.key, read.offset, record_key_, *asked, target_clock_.nowMs(),
                    doc.exists);
     ++book_.restoredCounter(reason);
+    book_.sent(asked->write_offset);
     // The transaction's EXEC: an error in it (the target refused the RESTORE) is no restore.
     target_.onReply(target_.committedCommands(),
-                    [this, key, reason](const resp::ReplyInfo& reply) -> Status {
+                    [this, key, reason, at = asked->write_offset](const resp::ReplyInfo& reply) {
+                      book_.landed(at);
                       if (!reply.has_error) return Status{};
                       --book_.restoredCounter(reason);
                       book_.unrecoverable(key, "the target refused it: " + reply.text);
@@ -255,6 +262,7 @@ void RedisSink::restoreCopies(const source::DocumentRead& read) {
 }
 
 void RedisSink::closeGroup(std::string_view replid) {
+  book_.release();  // (before a suspension point: units a stamp covers asked for read-backs)
   if (!applier_.groupOpen()) return;
   group_cmds_ +=
       applier_.closeGroup(target_.pending(), stamp_key_, fmt::format("{}:{}", replid, group_end_));

@@ -79,6 +79,8 @@ class RedisSink final : public Sink {
     book_.setWanted(std::move(wanted));
   }
   void restoreCopies(const source::DocumentRead& read) override;
+  bool repairsSettled(uint64_t offset) const override { return book_.settled(offset); }
+  void setUnconfirmedAfter(uint64_t offset) override { unconfirmed_after_ = offset; }
 
  private:
   void applySnapshotKey(const source::Change& c);
@@ -106,6 +108,10 @@ class RedisSink final : public Sink {
   CopyRepairBook book_;
   std::string record_key_;    // <marker>:restored: field "<db>:<key>" -> X (a replay skips)
   uint64_t last_offset_ = 0;  // end offset of the last unit committed
+  // Units after this offset that are not written were applied by an agent that may not have
+  // acted on their replies (setUnconfirmedAfter): their watchable keys are read back.
+  uint64_t unconfirmed_after_ = UINT64_MAX;
+  std::vector<source::DocumentKey> watchable_;  // (reused)
   bool copy_watch_refused_said_ = false;
 
   std::string label_;

@@ -146,6 +146,20 @@ class Sink {
    * are counted as unrecoverable and named in the log.
    */
   virtual void restoreCopies(const source::DocumentRead& /*read*/) {}
+  /**
+   * Whether every repair a write at or before `offset` asked for is on the target (read back,
+   * written and answered, or given up as unrecoverable): a checkpoint at `offset` is written
+   * only then. A request lives in this process only; a replay from a checkpoint past the write
+   * that found the copy gone would never find it again (§12.2 step 5).
+   */
+  virtual bool repairsSettled(uint64_t /*offset*/) const { return true; }
+  /**
+   * The session resumes from a checkpoint at `offset`: a unit after it that the replay does not
+   * write (a replay stamp shows the target applied it) was applied by an agent that may have
+   * stopped before it acted on its replies, so the keys its writes could have watched are read
+   * back (Applier::watchableKeys, §12.2 step 5). Never called: no unit is such.
+   */
+  virtual void setUnconfirmedAfter(uint64_t /*offset*/) {}
 
   virtual uint64_t ackedOffset() const = 0;
   /** Everything appended has been answered. */

@@ -231,7 +231,8 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
                                            {"read": 0.0, "write": 1.25},
                                          "copies_restored": {"expired_before_write": 0,
                                            "clamped_before_write": 3,
-                                           "field_expired_before_write": 0},
+                                           "field_expired_before_write": 0,
+                                           "unconfirmed_before_restart": 0},
                                          "copies_unrecoverable": 0})"))
       << j.dump();
   EXPECT_TRUE(j["bandwidth_limit"].is_number_unsigned());
@@ -251,7 +252,8 @@ TEST(MetricsStatus, FiguresComeFromTheTableWithTheirJsonTypes) {
                                       R"("bandwidth_throttled_seconds":{"read":0.0,"write":0.0},)"
                                       R"("catchup_eta_seconds":0.0,)"
                                       R"("copies_restored":{"clamped_before_write":3,)"
-                                      R"("expired_before_write":0,"field_expired_before_write":0},)"
+                                      R"("expired_before_write":0,"field_expired_before_write":0,)"
+                                      R"("unconfirmed_before_restart":0},)"
                                       R"("copies_unrecoverable":0,)"
                                       R"("lag_seconds":0.0,"link_detachments":2})");
 }

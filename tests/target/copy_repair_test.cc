@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
 #include <unordered_map>
@@ -145,6 +146,69 @@ TEST(RepairReason, NamesAreTheMetricLabels) {
   EXPECT_EQ(repairReasonName(RepairReason::ExpiredBeforeWrite), "expired_before_write");
   EXPECT_EQ(repairReasonName(RepairReason::ClampedBeforeWrite), "clamped_before_write");
   EXPECT_EQ(repairReasonName(RepairReason::FieldExpiredBeforeWrite), "field_expired_before_write");
+  EXPECT_EQ(repairReasonName(RepairReason::UnconfirmedBeforeRestart), "unconfirmed_before_restart");
+}
+
+// §12.2 step 5: a checkpoint at offset O is written only once every repair a write at or before
+// O asked for is on the target — asked for, read back, written, and answered.
+TEST(CopyRepairBookSettled, ACheckpointWaitsForTheRepairsOfTheWritesItCovers) {
+  PipelineStats stats;
+  CopyRepairBook book("test", stats);
+  EXPECT_TRUE(book.settled(1000));
+  Applier::Watch w;
+  w.kind = Applier::WatchKind::Renewal;
+  w.key = "sess:1";
+  book.onWatched(w, 500, resp::ReplyType::Integer, 0, "", 0);  // PEXPIREAT answered 0
+  EXPECT_FALSE(book.settled(500));                             // asked for
+  EXPECT_FALSE(book.settled(1000));
+  EXPECT_TRUE(book.settled(499));  // a checkpoint before the write may be written
+  ASSERT_EQ(book.take().size(), 1u);
+  EXPECT_FALSE(book.settled(500));  // taken, not yet read back
+  const auto asked = book.claim({0, "sess:1"});
+  ASSERT_TRUE(asked);
+  book.sent(asked->write_offset);
+  EXPECT_FALSE(book.settled(500));  // written, not yet answered
+  book.landed(asked->write_offset);
+  EXPECT_TRUE(book.settled(500));
+  EXPECT_TRUE(book.settled(1000));
+  // A repair given up (the source would not give the key) does not hold checkpoints back.
+  book.onWatched(w, 600, resp::ReplyType::Integer, 0, "", 0);
+  EXPECT_FALSE(book.settled(600));
+  (void)book.take();
+  ASSERT_TRUE(book.claim({0, "sess:1"}));
+  book.unrecoverable({0, "sess:1"}, "refused");
+  EXPECT_TRUE(book.settled(600));
+}
+
+// Units a replay stamp covers ask for their keys in one batch: the link is woken once, by
+// release(), not once a unit; keys a restored copy's record covers are not asked for.
+TEST(CopyRepairBookUnconfirmed, UnitsAStampCoversAskOnceReleased) {
+  PipelineStats stats;
+  CopyRepairBook book("test", stats);
+  int woken = 0;
+  book.setWanted([&] { ++woken; });
+  ASSERT_TRUE(book.loadRecord("rec", "0:restored", 300));  // restored from a read at 300
+  book.requestUnconfirmed({{0, "a"}, {0, "restored"}}, 200);
+  book.requestUnconfirmed({{0, "b"}, {0, "a"}}, 250);
+  book.requestUnconfirmed({{0, "restored"}}, 350);  // past its record: asked for
+  EXPECT_EQ(woken, 0);
+  EXPECT_FALSE(book.settled(200));
+  book.release();
+  book.release();
+  EXPECT_EQ(woken, 1);
+  std::vector<source::DocumentKey> keys = book.take();
+  std::sort(keys.begin(), keys.end());
+  const std::vector<source::DocumentKey> want = {{0, "a"}, {0, "b"}, {0, "restored"}};
+  EXPECT_EQ(keys, want);
+  const auto a = book.claim({0, "a"});
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->reason, RepairReason::UnconfirmedBeforeRestart);
+  EXPECT_EQ(a->write_offset, 200u);  // the first unit that asked
+  EXPECT_EQ(book.claim({0, "restored"})->write_offset, 350u);
+  // Taken: the next request wakes the link again.
+  book.requestUnconfirmed({{0, "c"}}, 400);
+  book.release();
+  EXPECT_EQ(woken, 2);
 }
 
 }  // namespace

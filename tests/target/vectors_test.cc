@@ -79,6 +79,7 @@ class Chain {
     for (const auto& e : entries) {
       resolver_->resolve(e, change);  // the source side: shared by every pipeline
       filter_->judge(change);         // this pipeline's filters
+      applier_->watchableKeys(change, watchable);
       applier_->apply(change);
     }
     const size_t before = parsedCount(out);
@@ -156,6 +157,9 @@ class Chain {
   /** The watches of the units fed so far, each `reply` counted in the commands its feed
    *  returned. */
   std::vector<Applier::Watch> watches;
+  /** Applier::watchableKeys of every change fed so far (what a replay after a crash would read
+   *  back, had a replay stamp covered them). */
+  std::vector<source::DocumentKey> watchable;
   /** A document read back at offset `x` (Applier::appendRestoredCopy); its target commands. */
   Cmds restoreCopy(const std::string& key, bool exists, uint8_t type, const std::string& value,
                    int rdb_version, int64_t expire_ms, uint64_t x) {
@@ -1039,6 +1043,76 @@ TEST(CopyWatch, AHashFieldsRenewalIsWatchedForAFieldTheTargetNoLongerHas) {
   stripped.watchCopies();
   EXPECT_EQ(stripped.feed1({"HPEXPIREAT", "h", n(kNow + 10 * S), "FIELDS", "1", "a"}), Cmds{});
   EXPECT_TRUE(stripped.watches.empty());
+}
+
+// §12.2 step 5: a replay the target's stamp covers reads back every key a write of it could
+// have watched. That set must hold every key the applier does watch, at any time of the write
+// and with any margins: a watch that asked for a read-back the crash lost is found again.
+TEST(CopyWatch, EveryWatchedKeyIsWatchableAtAnyTime) {
+  const Cmds writes = {{"SET", "k", "1", "PXAT", n(kNow + 3 * S)},
+                       {"INCR", "k"},
+                       {"PEXPIREAT", "k", n(kNow + 20 * S)},
+                       {"SET", "k", "2", "KEEPTTL"},
+                       {"APPEND", "k", "x"},
+                       {"PERSIST", "k"},
+                       {"SET", "a", "1", "PXAT", n(kNow + 4 * S)},
+                       {"RENAME", "a", "b"},
+                       {"SADD", "s1", "x"},
+                       {"PEXPIREAT", "s1", n(kNow + 2 * S)},
+                       {"SUNIONSTORE", "d", "s1", "s2"},
+                       {"HSET", "h", "f", "1"},
+                       {"HPEXPIREAT", "h", n(kNow + 3 * S), "FIELDS", "1", "f"},
+                       {"HINCRBY", "h", "f", "1"},
+                       {"HSETEX", "h", "FXX", "PXAT", n(kNow + 9 * S), "FIELDS", "1", "f", "2"},
+                       {"LPUSH", "kl", "x"},
+                       {"COPY", "b", "c"},
+                       {"HSET", "kc", "a", "1"},
+                       {"HSET", "kc", "b", "1"}};
+  size_t watched_total = 0;
+  for (const int64_t margin_ms : {0, 5000, 60000}) {
+    for (const int64_t step_ms : {0, 1000, 2500}) {
+      Chain c;
+      c.maxTtl(0, 60, "kc");  // a clamped collection: its copies' deadlines are the clamp's
+      c.watchCopies(margin_ms, 60000);
+      for (const auto& w : writes) {
+        c.feed1(w);
+        c.clock.advance(step_ms);
+      }
+      watched_total += c.watches.size();
+      for (const Applier::Watch& w : c.watches) {
+        EXPECT_NE(
+            std::find(c.watchable.begin(), c.watchable.end(), source::DocumentKey{w.db, w.key}),
+            c.watchable.end())
+            << w.key << " watched, not watchable (margin " << margin_ms << ", step " << step_ms
+            << ")";
+        if (!w.from_key.empty()) {
+          EXPECT_NE(std::find(c.watchable.begin(), c.watchable.end(),
+                              source::DocumentKey{w.from_db, w.from_key}),
+                    c.watchable.end())
+              << w.from_key;
+        }
+      }
+    }
+  }
+  EXPECT_GE(watched_total, 20u);  // (the writes above are watched: the check is not empty)
+}
+
+TEST(CopyWatch, WatchableKeysLeaveOutWritesWhoseCopiesCannotEnd) {
+  Chain c;
+  c.maxTtl(0, 60, "kc");
+  c.watchCopies();
+  c.feed1({"SET", "plain", "1"});  // a whole value: never watched
+  c.feed1({"INCR", "plain"});      // no deadline anywhere: its copy cannot end
+  c.feed1({"DEL", "plain"});
+  c.feed1({"SADD", "set", "x"});
+  c.feed1({"SUNIONSTORE", "d", "set", "other"});  // reads keys without deadlines
+  EXPECT_TRUE(c.watchable.empty());
+  c.feed1({"SET", "e", "1", "PXAT", n(kNow + 3600 * S)});
+  c.feed1({"INCR", "e"});  // far from its deadline: not watched now, watchable all the same
+  c.feed1({"HSET", "kc", "a", "1"});  // a clamped copy, never written before: watchable too
+  const std::vector<source::DocumentKey> want = {{0, "e"}, {0, "kc"}};
+  EXPECT_EQ(c.watchable, want);
+  EXPECT_TRUE(c.watches.empty());
 }
 
 TEST(CopyWatch, AFieldChangedInPlaceNearItsDeadlineIsGuardedByHexists) {
