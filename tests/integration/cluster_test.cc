@@ -1328,6 +1328,68 @@ TEST_F(StandaloneToClusterTest, SessionsAndCountersRenewedWhileTheAgentIsStopped
   EXPECT_TRUE(agent_->running()) << agent_->describeState();
 }
 
+// §12.2 step 5 on a Redis Cluster target, where each slot has its replay stamp: the agent is
+// killed with guarded INCRs applied (their copies gone, fragments made, the slots' stamps
+// written) while the source's CLIENT PAUSE … ALL holds every read back, so not one copy was
+// restored. The restarted agent must read back what the slots' stamps cover: counters exact.
+TEST_F(StandaloneToClusterTest, KilledBeforeAnyRestoreLandsTheCountersStayExact) {
+  ASSERT_NO_FATAL_FAILURE(flushCluster(*target_));
+  startAgent(standaloneYaml("src", source_) + redisClusterYaml("dst", *target_), "dbs: {0: 0}");
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(0));
+  RespClient src = source_.client(30s);
+  ClusterClient dst = target_->client();
+  std::vector<std::string> counters;
+  for (int i = 0; i < 200; ++i) counters.push_back("rate:" + std::to_string(i));
+  auto round = [&](int ttl_s) {
+    std::vector<RespCommand> b;
+    for (const auto& c : counters) {
+      b.push_back({"INCR", c});
+      b.push_back({"EXPIRE", c, std::to_string(ttl_s)});
+    }
+    for (const RespValue& r : src.pipeline(b)) ASSERT_FALSE(r.isError()) << r.toString();
+  };
+  ASSERT_NO_FATAL_FAILURE(round(3));
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        return dst.command({"PTTL", counters.back()}).integer() > 0;
+      },
+      30s, 100ms));
+  ASSERT_EQ(::kill(agent_->pid(), SIGSTOP), 0);
+  // 5 s of INCRs renewing for 2 minutes: every copy on the target (3 s) expires meanwhile, and
+  // no replayed renewal carries a passed deadline (a DEL the next INCR would restore after).
+  for (int i = 0; i < 26; ++i) {  // 27 INCRs each on the source
+    ASSERT_NO_FATAL_FAILURE(round(120));
+    std::this_thread::sleep_for(200ms);
+  }
+  constexpr int kPauseMs = 8000;
+  ASSERT_FALSE(src.command({"CLIENT", "PAUSE", std::to_string(kPauseMs), "ALL"}).isError());
+  const auto paused_at = SteadyClock::now();
+  ASSERT_EQ(::kill(agent_->pid(), SIGCONT), 0);
+  std::this_thread::sleep_for(2s);  // the catch-up applies until a read back waits on the source
+  const double appended = metricSum(metricsText(), "xdcr_target_copies_restored_total").sum;
+  int wrong = 0;
+  for (const auto& c : counters) {
+    const RespValue v = dst.command({"GET", c});
+    wrong += v.isNull() || v.str() != "27" ? 1 : 0;
+  }
+  report("killed with the read-backs held by CLIENT PAUSE: " + std::to_string(appended) +
+         " restores appended, " + std::to_string(wrong) + " of " + std::to_string(counters.size()) +
+         " counters not the source's");
+  ASSERT_EQ(appended, 0) << "a restore was written: the source's pause did not hold the read";
+  ASSERT_LT(SteadyClock::now() - paused_at, std::chrono::milliseconds(kPauseMs));
+  agent_->kill();
+  std::this_thread::sleep_until(paused_at + std::chrono::milliseconds(kPauseMs + 200));
+  agent_ = std::make_unique<AgentProcess>(config_path_, dir_.file("agent.log"));
+  ASSERT_NO_FATAL_FAILURE(waitStreaming(0));
+  ClusterClient from({source_.address()});
+  const Converged c = converge(from, dst, KeySpaceCompareOptions{}, "after the kill");
+  EXPECT_TRUE(c.ok);
+  const std::string m = metricsText();
+  printCounters("after the restart");
+  EXPECT_EQ(metricSum(m, "xdcr_target_copies_unrecoverable_total").sum, 0) << m;
+  EXPECT_TRUE(agent_->running()) << agent_->describeState();
+}
+
 TEST_F(StandaloneToClusterTest, CrossSlotUnitsAndFlushall) {
   const auto started = SteadyClock::now();
   ASSERT_NO_FATAL_FAILURE(flushCluster(*target_));
