@@ -81,7 +81,10 @@ void CopyRepairBook::request(int db, const std::string& key, RepairReason reason
   for (const MultiKeyLog::Key& k : multi_keys_.closure({db, key}, offset)) {
     const bool self = k.first == db && k.second == key;
     const Asked asked{reason, offset, self ? copy_deadline_ms : 0, found_at_ms};
-    if (requested_.emplace(k, asked).second) repairs_.push_back(k);
+    if (requested_.emplace(k, asked).second) {
+      repairs_.push_back(k);
+      asked_offsets_.insert(asked.write_offset);
+    }
   }
   release();
 }
@@ -92,7 +95,10 @@ void CopyRepairBook::requestUnconfirmed(const std::vector<source::DocumentKey>& 
     if (auto x = skips_.until(key.first, key.second); x && *x >= offset_end) continue;
     for (const MultiKeyLog::Key& k : multi_keys_.closure(key, offset_end)) {
       const Asked asked{RepairReason::UnconfirmedBeforeRestart, offset_end, 0, 0};
-      if (requested_.emplace(k, asked).second) repairs_.push_back(k);
+      if (requested_.emplace(k, asked).second) {
+        repairs_.push_back(k);
+        asked_offsets_.insert(asked.write_offset);
+      }
     }
   }
 }
@@ -169,6 +175,7 @@ std::optional<CopyRepairBook::Asked> CopyRepairBook::claim(const source::Documen
   if (it == requested_.end()) return std::nullopt;
   const Asked asked = it->second;
   requested_.erase(it);
+  asked_offsets_.erase(asked_offsets_.find(asked.write_offset));
   return asked;
 }
 
@@ -270,6 +277,7 @@ void CopyRepairBook::clear() {
   skips_.clear();
   multi_keys_.clear();
   requested_.clear();
+  asked_offsets_.clear();
   repairs_.clear();
   in_flight_.clear();
   signalled_ = false;

@@ -85,10 +85,9 @@ class CopyRepairBook {
    * the write that found the copy gone again.
    */
   bool settled(uint64_t offset) const {
-    for (const auto& [key, asked] : requested_) {
-      if (asked.write_offset <= offset) return false;
-    }
-    return in_flight_.empty() || *in_flight_.begin() > offset;
+    // (Asked on the read loop's path while a checkpoint waits: the oldest of each set, no scan.)
+    return (asked_offsets_.empty() || *asked_offsets_.begin() > offset) &&
+           (in_flight_.empty() || *in_flight_.begin() > offset);
   }
   /** A restored document for a write at `write_offset` was appended (claimed): in flight until
    *  landed() says the target answered it. */
@@ -170,6 +169,7 @@ class CopyRepairBook {
   MultiKeyLog multi_keys_;
   std::vector<source::DocumentKey> repairs_;        // to take
   std::map<source::DocumentKey, Asked> requested_;  // asked for, not yet restored
+  std::multiset<uint64_t> asked_offsets_;           // requested_'s write offsets
   std::multiset<uint64_t> in_flight_;    // write offsets of restores the target has not answered
   bool signalled_ = false;               // wanted_ was called for what repairs_ holds
   std::vector<Record> records_;          // on the target, not yet pruned
