@@ -564,7 +564,8 @@ TEST_F(SlidingTest, KilledBeforeAnyRestoreLandsTheCountersStayExact) {
   RespCommand mget = {"MGET"};
   mget.insert(mget.end(), keys.begin(), keys.end());
   int wrong = 0;
-  for (const RespValue& v : target_.client().command(mget).array()) {
+  const RespValue counters = target_.client().command(mget);
+  for (const RespValue& v : counters.array()) {
     wrong += v.isNull() || v.str() != "27" ? 1 : 0;
   }
   std::cout << "[ sliding  ] killed with the read-backs held by CLIENT PAUSE: " << landed

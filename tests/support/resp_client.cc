@@ -71,11 +71,16 @@ RespValue RespValue::array(std::vector<RespValue> items) {
   return v;
 }
 
-const std::string& RespValue::str() const {
+const std::string& RespValue::str() const& {
   if (type_ != Type::SimpleString && type_ != Type::Bulk && type_ != Type::Error) {
     throw std::logic_error("RespValue::str() on " + toString());
   }
   return text_;
+}
+
+std::string RespValue::str() && {
+  static_cast<const RespValue&>(*this).str();  // throws on another type
+  return std::move(text_);
 }
 
 int64_t RespValue::integer() const {
@@ -85,11 +90,16 @@ int64_t RespValue::integer() const {
   return integer_;
 }
 
-const std::vector<RespValue>& RespValue::array() const {
+const std::vector<RespValue>& RespValue::array() const& {
   if (type_ != Type::Array) {
     throw std::logic_error("RespValue::array() on " + toString());
   }
   return items_;
+}
+
+std::vector<RespValue> RespValue::array() && {
+  static_cast<const RespValue&>(*this).array();  // throws on another type
+  return std::move(items_);
 }
 
 std::string RespValue::toString() const {

@@ -38,12 +38,18 @@ class RespValue {
   bool isError() const { return type_ == Type::Error; }
   bool isInteger() const { return type_ == Type::Integer; }
   bool isArray() const { return type_ == Type::Array; }
-  /** The text of a simple string, bulk string or error; throws std::logic_error otherwise. */
-  const std::string& str() const;
+  /**
+   * The text of a simple string, bulk string or error; throws std::logic_error otherwise. On a
+   * temporary (`client.command(...).str()`) it returns the text by value, so a reference to it
+   * (a `const auto&`, a range-for) cannot outlive the reply.
+   */
+  const std::string& str() const&;
+  std::string str() &&;
   /** The value of an integer reply; throws std::logic_error otherwise. */
   int64_t integer() const;
-  /** The items of an array reply; throws std::logic_error otherwise. */
-  const std::vector<RespValue>& array() const;
+  /** The items of an array reply; throws std::logic_error otherwise. By value on a temporary. */
+  const std::vector<RespValue>& array() const&;
+  std::vector<RespValue> array() &&;
   /** redis-cli-like rendering for messages: "v", (integer) 5, (error) ERR x, (nil), [a, b]. */
   std::string toString() const;
 
