@@ -251,10 +251,16 @@ TEST(AgentProcessTest, TerminateReportsExitStatusAndCapturesOutput) {
   ASSERT_TRUE(waitUntil([&] { return agent.logText().find("ready") != std::string::npos; }, 10s))
       << agent.logText();
   EXPECT_TRUE(agent.running());
+  const auto asked = std::chrono::steady_clock::now();
   ExitStatus status = agent.terminate(10s);
-  EXPECT_TRUE(status.success()) << status.describe();
-  EXPECT_FALSE(status.forced);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - asked);
   const std::string log = agent.logText();
+  // Everything a failure needs in one message: how it ended, when, and what the script printed.
+  EXPECT_TRUE(status.success()) << status.describe() << " after " << took.count() << " ms; log:\n"
+                                << log;
+  EXPECT_FALSE(status.forced) << status.describe() << " after " << took.count() << " ms; log:\n"
+                              << log;
   EXPECT_NE(log.find("fake agent ready: run -c " + dir.file("config.yaml")), std::string::npos)
       << log;
   EXPECT_NE(log.find("to stderr"), std::string::npos) << log;
