@@ -1281,11 +1281,12 @@ net::awaitable<Status> SourceLink::ackLoop(source::Source& source) {
     const auto now = clock_.monotonicNow();
     updateLag(source);
     updateSpool(source);  // (while a full sync's spool drains)
-    // ACK what every target has applied (not what was received), so that WAIT on the source
-    // means "on every target". A diskless source also needs these ACKs to start streaming.
+    // ACK what every target has applied (not what was received), repairs included, so that
+    // WAIT on the source means "on every target". A diskless source also needs these ACKs to
+    // start streaming.
     uint64_t applied = UINT64_MAX;
     for (const auto& m : members_) {
-      if (!m.gone) applied = std::min(applied, m.sink->ackedOffset());
+      if (!m.gone) applied = std::min(applied, m.sink->ackableOffset());
     }
     if (applied == UINT64_MAX) applied = source.position().offset;
     ack_requested_ = false;

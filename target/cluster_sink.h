@@ -102,6 +102,9 @@ class ClusterSink final : public Sink {
   }
   void restoreCopies(const source::DocumentRead& read) override;
   bool repairsSettled(uint64_t offset) const override { return book_.settled(offset); }
+  uint64_t ackableOffset() const override {
+    return std::min(ackedOffset(), book_.firstUnsettled() - 1);
+  }
   void setUnconfirmedAfter(uint64_t offset) override { unconfirmed_after_ = offset; }
   void setFirstSeenStore(FirstSeenStore* store) override { applier_.setFirstSeenStore(store); }
   uint64_t ackedOffset() const override { return target_.ackedOffset(); }

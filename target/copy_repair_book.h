@@ -84,10 +84,17 @@ class CopyRepairBook {
    * a request lives in this process only, and a replay from a later checkpoint would never see
    * the write that found the copy gone again.
    */
-  bool settled(uint64_t offset) const {
+  bool settled(uint64_t offset) const { return firstUnsettled() > offset; }
+  /**
+   * The offset of the oldest write whose repair is not on the target yet (UINT64_MAX: none).
+   * The source is ACKed below it (Sink::ackableOffset): a WAIT on the source then means the
+   * whole document is on the target, not a fragment waiting for its restore.
+   */
+  uint64_t firstUnsettled() const {
     // (Asked on the read loop's path while a checkpoint waits: the oldest of each set, no scan.)
-    return (asked_offsets_.empty() || *asked_offsets_.begin() > offset) &&
-           (in_flight_.empty() || *in_flight_.begin() > offset);
+    uint64_t first = asked_offsets_.empty() ? UINT64_MAX : *asked_offsets_.begin();
+    if (!in_flight_.empty()) first = std::min(first, *in_flight_.begin());
+    return first;
   }
   /** A restored document for a write at `write_offset` was appended (claimed): in flight until
    *  landed() says the target answered it. */

@@ -10,6 +10,7 @@
 // counted in xdcr_target_invalidations_total. A MULTI/EXEC unit is written as its commands in
 // order: memcached has no transactions.
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -101,6 +102,9 @@ class MemcachedSink final : public Sink {
   }
   void restoreCopies(const source::DocumentRead& read) override;
   bool repairsSettled(uint64_t offset) const override { return book_.settled(offset); }
+  uint64_t ackableOffset() const override {
+    return std::min(ackedOffset(), book_.firstUnsettled() - 1);
+  }
 
  private:
   /** Why a key was not written (xdcr_target_write_failures_total{reason}). */

@@ -2,6 +2,7 @@
 // The Sink of a standalone Redis target: the pipeline's EventFilter, the Applier (clamp and
 // encoding), the pipelined RedisTarget, the marker and the replay stamp.
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -80,6 +81,9 @@ class RedisSink final : public Sink {
   }
   void restoreCopies(const source::DocumentRead& read) override;
   bool repairsSettled(uint64_t offset) const override { return book_.settled(offset); }
+  uint64_t ackableOffset() const override {
+    return std::min(ackedOffset(), book_.firstUnsettled() - 1);
+  }
   void setUnconfirmedAfter(uint64_t offset) override { unconfirmed_after_ = offset; }
 
  private:

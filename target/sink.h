@@ -154,6 +154,12 @@ class Sink {
    */
   virtual bool repairsSettled(uint64_t /*offset*/) const { return true; }
   /**
+   * What the source is ACKed with: ackedOffset(), held below the oldest write whose repair is
+   * not on the target yet (§12.2 step 5), so that `WAIT` on the source, and a replica offset
+   * equal to the master's, mean the whole documents are on the target.
+   */
+  virtual uint64_t ackableOffset() const { return ackedOffset(); }
+  /**
    * The session resumes from a checkpoint at `offset`: a unit after it that the replay does not
    * write (a replay stamp shows the target applied it) was applied by an agent that may have
    * stopped before it acted on its replies, so the keys its writes could have watched are read

@@ -35,7 +35,7 @@ class SlidingTest : public ::testing::Test {
   /** The agent's config; `buckets`: the target's YAML `buckets:` value ("" for none);
    *  `source_port`: where the agent reads the source (0: the source itself). */
   std::string yaml(const std::string& buckets = "", uint16_t source_port = 0,
-                   const std::string& pipeline_extra = "") {
+                   const std::string& pipeline_extra = "", uint16_t target_port = 0) {
     return "agent: {state_dir: " + dir_.file("state") + ", admin_listen: \"" + admin_ +
            "\"}\n"
            "clusters:\n"
@@ -43,7 +43,7 @@ class SlidingTest : public ::testing::Test {
            std::to_string(source_port != 0 ? source_port : source_.port()) +
            "\"}\n"
            "  dst: {type: redis, address: \"127.0.0.1:" +
-           std::to_string(target_.port()) + "\"" +
+           std::to_string(target_port != 0 ? target_port : target_.port()) + "\"" +
            (buckets.empty() ? "" : ", buckets: " + buckets) +
            "}\n"
            "pipelines:\n"
@@ -582,6 +582,67 @@ TEST_F(SlidingTest, KilledBeforeAnyRestoreLandsTheCountersStayExact) {
   std::cout << "[ sliding  ] after the restart: " << d.summary() << "; "
             << restored("unconfirmed_before_restart") << " read back as unconfirmed\n";
   EXPECT_TRUE(d.ok()) << d.summary() << "\n" << agent_->logTail(30);
+  EXPECT_EQ(unrecoverable(), 0);
+}
+
+// §12.2 step 6: the source's ACK waits for the repairs. The agent writes its target through a
+// WAN proxy 2 s each way, so a restore lands 2 s after it is sent, while the agent ACKs the
+// source at least once a second. The moment the source shows the agent at its offset (what
+// `WAIT` counts), the target must hold every counter whole — not the fragment an INCR made of a
+// copy that had ended, with its restore still on the way.
+TEST_F(SlidingTest, TheSourceSeesTheAgentCaughtUpOnlyOnceTheRestoresLanded) {
+  auto wan = WanProxy::start(target_.port(), {.name = "target"});
+  startAgent(yaml("", 0, "", wan->port()));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 200; ++i) keys.push_back("rate:" + std::to_string(i));
+  auto round = [&](const std::string& ttl) {
+    std::vector<RespCommand> batch;
+    for (const auto& k : keys) {
+      batch.push_back({"INCR", k});
+      batch.push_back({"EXPIRE", k, ttl});
+    }
+    source_.client(30s).pipeline(batch);
+  };
+  round("3");
+  ASSERT_TRUE(caughtUp());
+  wan->setDelay(2000ms);
+  uint64_t want = 0;
+  {
+    // Stopped, not paused: a stopped agent ACKs nothing, so the source's view of it stays
+    // where it was until it has applied what follows.
+    StoppedProcess stopped(agent_->pid());
+    // 4 s of INCRs renewing for 2 minutes: the target's copies (3 s) end meanwhile.
+    for (int i = 0; i < 20; ++i) {
+      round("120");
+      std::this_thread::sleep_for(200ms);
+    }
+    want = sourceOffset();
+  }
+  // The source's view of the agent: its replica offset (the replica that is not the fixture's
+  // native one), polled every 10 ms.
+  RespClient src = source_.client();
+  auto agentOffset = [&]() -> int64_t {
+    for (const auto& r : replicasOf(src.info("replication"))) {
+      if (r.port != replica_.port()) return r.offset;
+    }
+    return -1;
+  };
+  ASSERT_TRUE(waitUntil([&] { return agentOffset() >= static_cast<int64_t>(want); }, 60s, 10ms))
+      << agent_->logTail();
+  RespCommand mget = {"MGET"};
+  mget.insert(mget.end(), keys.begin(), keys.end());
+  const RespValue counters = target_.client().command(mget);
+  int wrong = 0;
+  for (const RespValue& v : counters.array()) {
+    wrong += v.isNull() || v.str() != "21" ? 1 : 0;  // 1 + 20 INCRs
+  }
+  std::cout << "[ sliding  ] the moment the source saw the agent at its offset: " << wrong << " of "
+            << keys.size() << " counters on the target not the source's; restored "
+            << restored("expired_before_write") << "\n";
+  EXPECT_EQ(wrong, 0) << "the source was ACKed past writes whose restores had not landed";
+  EXPECT_GE(restored("expired_before_write"), static_cast<double>(keys.size()));
+  Diff d = compare(target_, keys);
+  EXPECT_TRUE(d.ok()) << d.summary();
   EXPECT_EQ(unrecoverable(), 0);
 }
 

@@ -180,6 +180,33 @@ TEST(CopyRepairBookSettled, ACheckpointWaitsForTheRepairsOfTheWritesItCovers) {
   EXPECT_TRUE(book.settled(600));
 }
 
+// The source is ACKed below the oldest write whose repair is not on the target
+// (Sink::ackableOffset): a WAIT, or a replica offset equal to the master's, then means the whole
+// document is there, not the fragment the write left while its restore is read or in flight.
+TEST(CopyRepairBookSettled, TheFirstUnsettledWriteHoldsTheAckBelowIt) {
+  PipelineStats stats;
+  CopyRepairBook book("test", stats);
+  EXPECT_EQ(book.firstUnsettled(), UINT64_MAX);
+  Applier::Watch w;
+  w.kind = Applier::WatchKind::Renewal;
+  w.key = "a";
+  book.onWatched(w, 700, resp::ReplyType::Integer, 0, "", 0);
+  w.key = "b";
+  book.onWatched(w, 500, resp::ReplyType::Integer, 0, "", 0);
+  EXPECT_EQ(book.firstUnsettled(), 500u);  // the oldest, whatever the order of the replies
+  (void)book.take();
+  const auto b = book.claim({0, "b"});
+  ASSERT_TRUE(b);
+  EXPECT_EQ(book.firstUnsettled(), 700u);  // claimed: no longer asked for ...
+  book.sent(b->write_offset);
+  EXPECT_EQ(book.firstUnsettled(), 500u);  // ... but written and not answered
+  book.landed(b->write_offset);
+  EXPECT_EQ(book.firstUnsettled(), 700u);
+  ASSERT_TRUE(book.claim({0, "a"}));
+  book.unrecoverable({0, "a"}, "refused");
+  EXPECT_EQ(book.firstUnsettled(), UINT64_MAX);
+}
+
 // Units a replay stamp covers ask for their keys in one batch: the link is woken once, by
 // release(), not once a unit; keys a restored copy's record covers are not asked for.
 TEST(CopyRepairBookUnconfirmed, UnitsAStampCoversAskOnceReleased) {
