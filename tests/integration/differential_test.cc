@@ -53,6 +53,7 @@
 #include "replicator/admin_server.h"
 #include "tests/integration/expiry_model.h"
 #include "tests/support/harness.h"
+#include "tests/support/wan_proxy.h"
 
 namespace xdcr::test {
 namespace {
@@ -71,7 +72,7 @@ constexpr int64_t kHotFutureMs = 2500;
 constexpr int kKeysPerDb = 240;
 constexpr int kDbs = 2;
 constexpr int kSeeds = 3;
-// Source write commands per run (inside blocks included). 8 configurations x 3 seeds x 1150.
+// Source write commands per run (inside blocks included). 9 configurations x 3 seeds x 1150.
 constexpr int kOpsPerRun = 1150;
 // The run is paced over this long so that short deadlines (100-500 ms) and a 3 s maxTTL pass
 // while it goes on.
@@ -102,6 +103,10 @@ struct RunConfig {
   // target copies then reach their deadlines before writes the source made earlier arrive, and
   // must end as the source's whole documents (expiry-semantics.md §12).
   int64_t agent_stopped_ms = 0;
+  // The agent writes its target through a WAN proxy delaying each direction this long (0: no
+  // proxy), from the moment it is attached: a lagging target. Writes the generator makes up to
+  // this long before a key's deadline reach the target after its copy expired (§12).
+  int64_t target_delay_ms = 0;
 };
 
 std::vector<RunConfig> runConfigs() {
@@ -201,6 +206,19 @@ std::vector<RunConfig> runConfigs() {
     c.few_seconds_ttl_share = 0.8;
     c.run_ms = 12000;
     c.agent_stopped_ms = 5000;
+    configs.push_back(c);
+  }
+  {
+    // As "plain", with the target 3.2 s behind: the generator leaves keys alone in the last
+    // kHotFutureMs (2.5 s) before their source deadlines, so a write it makes 2.5-3.2 s before a
+    // deadline reaches the target after its copy expired there (§12), in normal operation. The
+    // model does not change, nor does the native replica (it reads the source directly).
+    RunConfig c;
+    c.model.name = "plain_lagging";
+    c.native_replica = true;
+    c.few_seconds_ttl_share = 0.8;
+    c.run_ms = 12000;
+    c.target_delay_ms = 3200;
     configs.push_back(c);
   }
   return configs;
@@ -2588,6 +2606,7 @@ class DifferentialTest : public ::testing::TestWithParam<RunParam> {
                 << agent_->logTail(40) << "\n";
     }
     agent_.reset();
+    wan_.reset();
     replica_.reset();
     target_.reset();
     scratch_.reset();
@@ -2699,6 +2718,7 @@ class DifferentialTest : public ::testing::TestWithParam<RunParam> {
   std::unique_ptr<RedisServer> scratch_;
   std::unique_ptr<RedisServer> replica_;
   std::unique_ptr<AgentProcess> agent_;
+  std::unique_ptr<WanProxy> wan_;  // a lagging target's (RunConfig::target_delay_ms)
   std::string config_path_;
   size_t replicas_ = 1;
   int stops_ = 0;  // how often the agent was stopped (RunConfig::agent_stopped_ms)
@@ -2713,11 +2733,15 @@ TEST_P(DifferentialTest, TargetMatchesModel) {
   target_ = std::make_unique<RedisServer>();
   scratch_ = std::make_unique<RedisServer>();
   config_path_ = dir_->file("xdcr.yaml");
-  // Where the agent is stopped, its restore counters say whether §12 was exercised at all.
-  const std::string admin =
-      config.agent_stopped_ms > 0 ? "127.0.0.1:" + std::to_string(freePort()) : "";
+  // Where the agent is stopped or its target lags, its restore counters say whether §12 was
+  // exercised at all.
+  const bool sliding = config.agent_stopped_ms > 0 || config.target_delay_ms > 0;
+  const std::string admin = sliding ? "127.0.0.1:" + std::to_string(freePort()) : "";
+  // A lagging target: no delay until the agent is attached (its handshake with the target is
+  // a few round trips), then target_delay_ms each way.
+  if (config.target_delay_ms > 0) wan_ = WanProxy::start(target_->port(), {.name = "target"});
   writeFileText(config_path_, agentYaml(config.model, dir_->file("state"), source_->port(),
-                                        target_->port(), admin));
+                                        wan_ ? wan_->port() : target_->port(), admin));
   agent_ = std::make_unique<AgentProcess>(config_path_, dir_->file("agent.log"));
   replicas_ = 1;
   if (config.native_replica) {
@@ -2733,6 +2757,7 @@ TEST_P(DifferentialTest, TargetMatchesModel) {
       << " did not come online as replicas of the source: " << last << "\nagent "
       << agent_->describeState() << "\n"
       << agent_->logTail(30);
+  if (wan_) wan_->setDelay(std::chrono::milliseconds(config.target_delay_ms));
 
   DifferentialRun run(config, seed, *source_, *target_, *scratch_);
   try {
@@ -2773,11 +2798,17 @@ TEST_P(DifferentialTest, TargetMatchesModel) {
     auto m = replicator::adminGet(admin, "/pipelines/p/restores", 5s);
     ASSERT_TRUE(m && m->first == 200) << (m ? m->second : m.error().message);
     const uint64_t restored = nlohmann::json::parse(m->second).value("restored_total", uint64_t{0});
-    std::cout << "[ stopped  ] the agent was stopped " << stops_ << " times for "
-              << config.agent_stopped_ms << " ms; target copies restored: " << restored << "\n";
-    EXPECT_EQ(stops_, 2);
-    EXPECT_GT(restored, 0u) << "no target copy ended before a later write: the stops exercised "
-                               "nothing";
+    if (config.agent_stopped_ms > 0) {
+      std::cout << "[ stopped  ] the agent was stopped " << stops_ << " times for "
+                << config.agent_stopped_ms << " ms; target copies restored: " << restored << "\n";
+      EXPECT_EQ(stops_, 2);
+    } else {
+      std::cout << "[ lagging  ] the target " << config.target_delay_ms
+                << " ms behind each way; target copies restored: " << restored << "\n";
+    }
+    EXPECT_GT(restored, 0u) << "no target copy ended before a later write: the "
+                            << (config.agent_stopped_ms > 0 ? "stops" : "lag")
+                            << " exercised nothing";
   }
 }
 
