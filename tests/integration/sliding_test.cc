@@ -86,6 +86,15 @@ class SlidingTest : public ::testing::Test {
     return metric(std::string("xdcr_target_copies_unrecoverable_total{pipeline=\"") + kPipeline +
                   "\"}");
   }
+  /** One rate-limit round on the source: `INCR k` and `EXPIRE k ttl` for every key. */
+  void incrementAndExpire(const std::vector<std::string>& keys, const std::string& ttl) {
+    std::vector<RespCommand> batch;
+    for (const auto& k : keys) {
+      batch.push_back({"INCR", k});
+      batch.push_back({"EXPIRE", k, ttl});
+    }
+    source_.client(30s).pipeline(batch);
+  }
   uint64_t sourceOffset() {
     return std::stoull(source_.client().info("replication")["master_repl_offset"]);
   }
@@ -525,14 +534,7 @@ TEST_F(SlidingTest, KilledBeforeAnyRestoreLandsTheCountersStayExact) {
   startAgent(text);
   std::vector<std::string> keys;
   for (int i = 0; i < 300; ++i) keys.push_back("rate:" + std::to_string(i));
-  auto round = [&](const std::string& ttl) {
-    std::vector<RespCommand> batch;
-    for (const auto& k : keys) {
-      batch.push_back({"INCR", k});
-      batch.push_back({"EXPIRE", k, ttl});
-    }
-    source_.client(30s).pipeline(batch);
-  };
+  auto round = [&](const std::string& ttl) { incrementAndExpire(keys, ttl); };
   round("3");
   ASSERT_TRUE(caughtUp());
   const uint64_t caught_up = sourceOffset();
@@ -595,14 +597,7 @@ TEST_F(SlidingTest, TheSourceSeesTheAgentCaughtUpOnlyOnceTheRestoresLanded) {
   startAgent(yaml("", 0, "", wan->port()));
   std::vector<std::string> keys;
   for (int i = 0; i < 200; ++i) keys.push_back("rate:" + std::to_string(i));
-  auto round = [&](const std::string& ttl) {
-    std::vector<RespCommand> batch;
-    for (const auto& k : keys) {
-      batch.push_back({"INCR", k});
-      batch.push_back({"EXPIRE", k, ttl});
-    }
-    source_.client(30s).pipeline(batch);
-  };
+  auto round = [&](const std::string& ttl) { incrementAndExpire(keys, ttl); };
   round("3");
   ASSERT_TRUE(caughtUp());
   wan->setDelay(2000ms);
